@@ -1,0 +1,54 @@
+"""One configuration object, with every default in one place.
+
+Values come from (lowest to highest precedence): the defaults below, environment
+variables ``TRICKLE_<FIELD>`` (upper case), and keyword arguments.  ``docs/configuration.md``
+lists every field.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+REFRESH_MODES = ("DIFFERENTIAL", "FULL", "AUTO")
+STATUSES = ("ACTIVE", "SUSPENDED", "ERROR")
+CDC_MODES = ("auto", "cdf", "snapshot")
+
+
+@dataclass
+class TrickleConfig:
+    """Settings of one airflow_trickle deployment."""
+
+    #: Directory (or URI) of the warehouse; the catalog lives in ``<warehouse>/_trickle``.
+    warehouse: str | None = None
+    #: Spark master of the embedded session.
+    spark_master: str = "local[*]"
+    #: ``spark.sql.shuffle.partitions`` of the embedded session; small suits one machine.
+    shuffle_partitions: int = 4
+    #: Extra Spark configuration for the embedded session.
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    #: Schedule given to stream tables created without one.
+    default_schedule: str = "1m"
+    #: Refresh mode given to stream tables created without one.
+    default_refresh_mode: str = "DIFFERENTIAL"
+    #: A DIFFERENTIAL refresh whose changed rows exceed this share of the source rows runs FULL.
+    differential_max_change_ratio: float = 0.15
+    #: Failures in a row after which a stream table is suspended.
+    max_consecutive_errors: int = 3
+    #: How change sets are read: ``auto`` (CDF where it is readable, snapshot diff otherwise),
+    #: ``cdf`` or ``snapshot``.
+    cdc_mode: str = "auto"
+    #: Attempts for a catalog write that meets a concurrent Delta commit.
+    catalog_write_attempts: int = 8
+
+    @classmethod
+    def from_env(cls, **overrides) -> "TrickleConfig":
+        """Defaults, overlaid with ``TRICKLE_*`` environment variables, overlaid with ``overrides``."""
+        values: dict = {}
+        for f in fields(cls):
+            raw = os.environ.get(f"TRICKLE_{f.name.upper()}")
+            if raw is None or f.name == "spark_conf":
+                continue
+            kind = type(getattr(cls(), f.name)) if f.name != "warehouse" else str
+            values[f.name] = kind(raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

@@ -1,0 +1,240 @@
+"""Validate a stream table definition completely before anything is created.
+
+Static checks (name, mode, schedule, SQL syntax, non-determinism) need no Spark; the rest
+(sources exist and are Delta tables, the query analyses, output columns are storable, no cycle)
+asks Spark and the catalog, but writes nothing.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+import xxhash
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, SqlglotError
+from sqlglot.optimizer.qualify import qualify
+
+from airflow_trickle.config import REFRESH_MODES
+from airflow_trickle.errors import (
+    AlreadyExistsError,
+    CycleError,
+    InvalidQueryError,
+    InvalidRefreshModeError,
+    UnknownSourceError,
+    UnsupportedConstructError,
+)
+from airflow_trickle.graph import build_graph, find_cycle
+from airflow_trickle.names import HIDDEN_PREFIX, DEFAULT_DATABASE, qualify_name, split_name
+from airflow_trickle.schedule import Schedule, parse_schedule
+from airflow_trickle.sql.parse import DIALECT, columns_used, nondeterministic_calls, parse_query, source_names
+from airflow_trickle.sql.rewrite import pin_sources
+
+#: Characters Delta does not accept in column names (without column mapping).
+_BAD_COLUMN_CHARS = re.compile(r"[ ,;{}()\n\t=]")
+
+
+@dataclass
+class SourceInfo:
+    """A table a stream table reads, as seen at definition time."""
+
+    name: str
+    kind: str  # TABLE | STREAM_TABLE
+    columns: list[tuple[str, str]]  # visible (name, Spark type) pairs
+
+    @property
+    def fingerprint(self) -> str:
+        return schema_fingerprint(self.columns)
+
+
+@dataclass
+class Definition:
+    """A fully validated stream table definition, ready to be created."""
+
+    name: str
+    original_query: str
+    defining_query: str
+    schedule: Schedule
+    refresh_mode: str
+    effective_mode: str
+    mode_reason: str | None
+    sources: dict[str, SourceInfo]
+    output_columns: list[tuple[str, str]]
+    columns_used: dict[str, list[str]] = field(default_factory=dict)
+    #: Why DIFFERENTIAL cannot maintain the query (empty when it can).
+    blockers: list[str] = field(default_factory=list)
+    #: Storage layout: row identity and hidden state columns (see ``storage.py``).
+    storage: dict = field(default_factory=lambda: {"identity": "bag", "state": []})
+
+
+def schema_fingerprint(columns: list[tuple[str, str]]) -> str:
+    return xxhash.xxh64(json.dumps(columns).encode()).hexdigest()
+
+
+def normalize_refresh_mode(mode: str | None, *, stream_table: str | None = None) -> str:
+    value = str(mode or "").strip().upper()
+    if value not in REFRESH_MODES:
+        raise InvalidRefreshModeError(
+            f"invalid refresh mode {mode!r}", stream_table=stream_table, hint=f"use one of {', '.join(REFRESH_MODES)}"
+        )
+    return value
+
+
+def check_static(name: str, query: str, schedule: str | None, refresh_mode: str) -> tuple[str, exp.Query, Schedule, str]:
+    """Checks that need neither Spark nor the catalog; returns the normalised parts."""
+    qualified = qualify_name(name)
+    mode = normalize_refresh_mode(refresh_mode, stream_table=qualified)
+    parsed_schedule = parse_schedule(schedule, stream_table=qualified)
+    ast = parse_query(query, stream_table=qualified)
+    if qualified in source_names(ast):
+        raise CycleError(
+            "the defining query reads the stream table itself", cycle=[qualified, qualified], stream_table=qualified
+        )
+    return qualified, ast, parsed_schedule, mode
+
+
+def analyze(
+    spark,
+    *,
+    name: str,
+    query: str,
+    schedule: str | None,
+    refresh_mode: str,
+    stream_tables: dict[str, list[str]],
+    edges: list[tuple[str, str]],
+) -> Definition:
+    """Validate a new definition against Spark and the catalog.
+
+    ``stream_tables`` maps each registered stream table to its visible columns; ``edges`` are
+    the registered dependencies ``(source, stream table)``.
+    """
+    from airflow_trickle.dvm import differential_blockers
+    from airflow_trickle.spark.delta import is_delta, table_exists
+
+    qualified, ast, parsed_schedule, mode = check_static(name, query, schedule, refresh_mode)
+    if qualified in stream_tables:
+        raise AlreadyExistsError("a stream table of this name already exists", stream_table=qualified)
+    if table_exists(spark, qualified):
+        raise AlreadyExistsError(
+            "a table of this name already exists", stream_table=qualified, hint="drop it or choose another name"
+        )
+
+    sources: dict[str, SourceInfo] = {}
+    for source in source_names(ast):
+        if source in stream_tables:
+            columns = _visible_columns(spark, source)
+            sources[source] = SourceInfo(source, "STREAM_TABLE", columns)
+            continue
+        if not table_exists(spark, source):
+            raise UnknownSourceError(f"the defining query reads unknown table '{source}'", stream_table=qualified)
+        if not is_delta(spark, source):
+            raise UnknownSourceError(
+                f"source '{source}' is not a Delta table",
+                stream_table=qualified,
+                hint="stream tables read their sources at exact Delta versions; convert it with CONVERT TO DELTA",
+            )
+        sources[source] = SourceInfo(source, "TABLE", _visible_columns(spark, source))
+
+    cycle = find_cycle(build_graph(edges + [(s, qualified) for s in sources], stream_tables=list(stream_tables) + [qualified]))
+    if cycle:
+        raise CycleError(f"the definition creates a cycle: {' -> '.join(cycle)}", cycle=cycle, stream_table=qualified)
+
+    hidden = {s.name: [c for c, _ in s.columns] for s in sources.values() if s.kind == "STREAM_TABLE"}
+    output_columns = _analyze_output(spark, pin_sources(ast, {}, hidden), qualified)
+
+    defining_query, lineage, qualify_problem = _qualified_query(spark, ast, sources, hidden, output_columns)
+
+    blockers = [f"non-deterministic function {fn}()" for fn in nondeterministic_calls(ast)]
+    if not blockers:
+        blockers = [qualify_problem] if qualify_problem else differential_blockers(defining_query, sources)
+    if mode == "DIFFERENTIAL" and blockers:
+        raise UnsupportedConstructError(
+            f"cannot be maintained in DIFFERENTIAL mode: {blockers[0]}",
+            construct=blockers[0],
+            stream_table=qualified,
+            hint="use refresh_mode='FULL' (recompute each refresh) or 'AUTO' (differential where possible)",
+        )
+    effective, reason = mode_choice(mode, blockers)
+    return Definition(
+        name=qualified,
+        original_query=str(query).strip(),
+        defining_query=defining_query,
+        schedule=parsed_schedule,
+        refresh_mode=mode,
+        effective_mode=effective,
+        mode_reason=reason,
+        sources=sources,
+        output_columns=output_columns,
+        columns_used=lineage,
+        blockers=blockers,
+    )
+
+
+def mode_choice(mode: str, blockers: list[str]) -> tuple[str, str | None]:
+    """The mode a refresh runs in, and why it is FULL when it is."""
+    if mode == "FULL":
+        return "FULL", "refresh mode FULL"
+    if blockers:
+        return "FULL", f"AUTO chose FULL: {blockers[0]}"
+    return "DIFFERENTIAL", None
+
+
+def _visible_columns(spark, name: str) -> list[tuple[str, str]]:
+    from airflow_trickle.names import quote_name
+
+    schema = spark.table(quote_name(name)).schema
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields if not f.name.startswith(HIDDEN_PREFIX)]
+
+
+def _analyze_output(spark, ast: exp.Query, qualified: str) -> list[tuple[str, str]]:
+    try:
+        schema = spark.sql(ast.sql(DIALECT)).schema
+    except Exception as err:  # noqa: BLE001 - Spark's analysis error is the message
+        raise InvalidQueryError(f"the defining query does not analyse in Spark: {_spark_message(err)}",
+                                stream_table=qualified) from err
+    names = [f.name for f in schema.fields]
+    for column in names:
+        if _BAD_COLUMN_CHARS.search(column):
+            raise InvalidQueryError(
+                f"output column {column!r} is not a valid column name",
+                stream_table=qualified, hint="give the expression an alias, e.g. count(*) AS n",
+            )
+        if column.lower().startswith(HIDDEN_PREFIX):
+            raise InvalidQueryError(f"output column {column!r} uses the reserved prefix {HIDDEN_PREFIX!r}",
+                                    stream_table=qualified)
+    duplicates = sorted({c for c in names if [n.lower() for n in names].count(c.lower()) > 1})
+    if duplicates:
+        raise InvalidQueryError(
+            f"output column names must be unique, repeated: {', '.join(duplicates)}",
+            stream_table=qualified, hint="alias the repeated columns",
+        )
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def _qualified_query(spark, ast, sources, hidden, output_columns):
+    """Qualify columns and expand stars, so the stored query keeps its meaning as sources grow.
+
+    Returns ``(sql, lineage, problem)``.  When sqlglot cannot qualify a query Spark accepts, or
+    the qualified query analyses to a different schema, the original text is kept and
+    ``problem`` says why (such a query can only be refreshed FULL).
+    """
+    schema: dict = {}
+    for info in sources.values():
+        database, table = split_name(info.name)
+        schema.setdefault(database, {})[table] = dict(info.columns)
+    try:
+        qualified_ast = qualify(ast.copy(), schema=schema, dialect=DIALECT, db=DEFAULT_DATABASE,
+                                validate_qualify_columns=True, quote_identifiers=True)
+        rewritten = qualified_ast.sql(DIALECT)
+        check = spark.sql(pin_sources(qualified_ast, {}, hidden).sql(DIALECT)).schema
+        if [(f.name, f.dataType.simpleString()) for f in check.fields] != output_columns:
+            raise OptimizeError("qualified query changes the output schema")
+        return rewritten, columns_used(qualified_ast), None
+    except (SqlglotError, Exception) as err:  # noqa: BLE001 - any failure means: keep the original
+        return ast.sql(DIALECT), {}, f"the query could not be normalised for incremental maintenance ({_spark_message(err)})"
+
+
+def _spark_message(err: Exception) -> str:
+    text = getattr(err, "getMessage", None)
+    message = text() if callable(text) else str(err)
+    return message.strip().split("\n")[0][:500]

@@ -1,0 +1,35 @@
+"""Table names: ``[database.]table``, normalised to lower-case ``database.table``."""
+from __future__ import annotations
+
+import re
+
+from airflow_trickle.errors import InvalidNameError
+
+DEFAULT_DATABASE = "default"
+_PART = r"[A-Za-z_][A-Za-z0-9_]*"
+_NAME = re.compile(rf"^(?:(?P<db>{_PART})\.)?(?P<table>{_PART})$")
+
+#: Prefix of the columns airflow_trickle adds to storage tables; user columns may not use it.
+HIDDEN_PREFIX = "__trickle_"
+
+
+def qualify_name(name: str, *, database: str = DEFAULT_DATABASE) -> str:
+    """``Orders`` -> ``default.orders``; ``shop.Orders`` -> ``shop.orders``; anything else raises."""
+    match = _NAME.match(str(name).strip()) if name else None
+    if not match:
+        raise InvalidNameError(
+            f"invalid table name {name!r}", hint="use [database.]table with letters, digits and underscores"
+        )
+    if match["table"].lower().startswith(HIDDEN_PREFIX):
+        raise InvalidNameError(f"table names may not start with {HIDDEN_PREFIX!r}: {name!r}")
+    return f"{(match['db'] or database).lower()}.{match['table'].lower()}"
+
+
+def split_name(qualified: str) -> tuple[str, str]:
+    database, table = qualified.split(".", 1)
+    return database, table
+
+
+def quote_name(qualified: str) -> str:
+    """``shop.orders`` -> ```shop`.`orders```, for Spark SQL text."""
+    return ".".join(f"`{part}`" for part in split_name(qualified))

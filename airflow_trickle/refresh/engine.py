@@ -1,0 +1,238 @@
+"""One refresh of one stream table, from action choice to history row.
+
+The order of writes is what makes a refresh safe to kill at any point:
+
+1. the data MERGE commits atomically *with* the new frontier and refresh number in its commit
+   metadata, under an idempotent Delta transaction id ``(stream table id, refresh number)``;
+2. only then is the catalog row updated and a history row appended.
+
+A crash between 1 and 2 is repaired by the next refresh, which reads the frontier back from
+the storage table's newest refresh commit (:func:`recover_frontier`); a retried commit with the
+same refresh number is skipped by Delta.  Nothing is applied twice, nothing is lost.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from airflow_trickle.catalog import CatalogStore, RefreshRecord, StreamTable
+from airflow_trickle.catalog.model import utcnow
+from airflow_trickle.config import TrickleConfig
+from airflow_trickle.errors import RefreshError, StreamTableNotFoundError, TrickleError
+from airflow_trickle.names import quote_name
+from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
+from airflow_trickle.spark.delta import latest_version, recorded_refreshes, refresh_commit
+from airflow_trickle.sql.parse import DIALECT, parse_query
+from airflow_trickle.sql.rewrite import pin_sources
+
+MANUAL_MODES = ("FULL", "DIFFERENTIAL", "REINITIALIZE")
+
+
+class Environment(Protocol):
+    spark: object
+    catalog: CatalogStore
+    config: TrickleConfig
+
+
+@dataclass
+class RefreshResult:
+    """What one refresh did."""
+
+    name: str
+    action: str  # NO_DATA | FULL | DIFFERENTIAL | REINITIALIZE | SKIP
+    status: str  # COMPLETED | SKIPPED | FAILED
+    rows_inserted: int = 0
+    rows_deleted: int = 0
+    duration_ms: int = 0
+    reason: str | None = None
+    seq: int = 0
+    frontier: dict[str, int] = field(default_factory=dict)
+    table_version: int | None = None
+    refresh_id: str = ""
+
+
+def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None,
+                         initiated_by: str = "MANUAL") -> RefreshResult:
+    """Refresh ``name`` once.  ``mode``: ``None``/``AUTO`` (choose), FULL, DIFFERENTIAL, REINITIALIZE."""
+    started = time.monotonic()
+    start_time = utcnow()
+    requested = _requested_mode(mode, name)
+    st = env.catalog.get(name)
+    if st is None:
+        raise StreamTableNotFoundError("no such stream table", stream_table=name)
+    refresh_id = uuid.uuid4().hex
+    st, recovered = recover_frontier(env, st)
+
+    def finish(action: str, status: str, reason: str | None, error: str | None = None, **extra) -> RefreshResult:
+        result = RefreshResult(name=name, action=action, status=status, reason=reason, refresh_id=refresh_id,
+                               duration_ms=int((time.monotonic() - started) * 1000), **extra)
+        env.catalog.append_history(RefreshRecord(
+            refresh_id=refresh_id, st_name=name, seq=result.seq, action=action, status=status,
+            rows_inserted=result.rows_inserted, rows_deleted=result.rows_deleted, start_time=start_time,
+            end_time=utcnow(), duration_ms=result.duration_ms, reason=reason, error_message=error,
+            initiated_by=initiated_by,
+            frontier_from=st.frontier, frontier_to=result.frontier or st.frontier, data_timestamp=start_time,
+        ))
+        return result
+
+    if st.status != "ACTIVE":
+        return finish("SKIP", "SKIPPED", f"status is {st.status}; alter_stream_table(status='ACTIVE') resumes it",
+                      seq=st.refresh_seq, frontier=st.frontier)
+
+    action = None
+    try:
+        current = {dep.source_name: latest_version(env.spark, dep.source_name)
+                   for dep in env.catalog.dependencies(name)}
+        action, reason = choose_action(st, current, requested)
+        if recovered:
+            reason = f"{reason}; {recovered}" if reason else recovered
+        if action == "NO_DATA":
+            env.catalog.update(name, lambda row: _mark_fresh(row, start_time))
+            return finish("NO_DATA", "COMPLETED", reason, seq=st.refresh_seq, frontier=current)
+        applied = apply_refresh(env, st, action, current, refresh_id=refresh_id, data_timestamp=start_time)
+    except TrickleError as err:
+        _record_failure(env, st, lambda: finish(action or "NONE", "FAILED", None, error=str(err)))
+        raise
+    except Exception as err:  # noqa: BLE001 - wrapped with the stream table's name
+        failure = RefreshError(f"{(action or 'refresh').lower()} refresh failed: {_short(err)}", stream_table=name)
+        _record_failure(env, st, lambda: finish(action or "NONE", "FAILED", None, error=str(failure)))
+        raise failure from err
+    action = applied.pop("action")
+    return finish(action, "COMPLETED", applied.pop("reason", None) or reason, **applied)
+
+
+def choose_action(st: StreamTable, current: dict[str, int], requested: str | None) -> tuple[str, str | None]:
+    """The refresh action and why (seed 002 §7), before any data is read."""
+    if st.needs_reinit or requested == "REINITIALIZE":
+        return "REINITIALIZE", "requested" if requested == "REINITIALIZE" else "a source changed its schema"
+    if not st.is_populated:
+        return "FULL", "initial population"
+    if requested is None and current == st.frontier:
+        return "NO_DATA", "no source has a new version"
+    if requested == "FULL":
+        return "FULL", "requested"
+    if st.effective_mode == "FULL":
+        if requested == "DIFFERENTIAL":
+            raise RefreshError(f"cannot refresh DIFFERENTIAL: {st.mode_reason}", stream_table=st.name)
+        return "FULL", st.mode_reason
+    return "DIFFERENTIAL", None
+
+
+def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[str, int], *,
+                  refresh_id: str, data_timestamp) -> dict:
+    """Compute and commit the change for ``action``; then record the new state in the catalog."""
+    seq = st.refresh_seq + 1
+    reason = None
+    if action == "DIFFERENTIAL":
+        from airflow_trickle.dvm.apply import differential_merge
+
+        merge_sql, fallback = differential_merge(env, st, current)
+        if merge_sql is None:
+            action, reason = "FULL", fallback
+    if action in ("FULL", "REINITIALIZE"):
+        if action == "REINITIALIZE":
+            _reinitialize_storage(env, st)
+        merge_sql = full_merge_sql(st.name, numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns),
+                                   st.output_columns + [c for c, _ in st.storage.get("state", [])])
+    metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
+                "data_timestamp": data_timestamp.isoformat()}
+    with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
+        metrics = env.spark.sql(merge_sql).first()
+    updated = int(metrics["num_updated_rows"] or 0)
+    inserted = int(metrics["num_inserted_rows"] or 0) + updated
+    deleted = int(metrics["num_deleted_rows"] or 0) + updated
+    table_version = latest_version(env.spark, st.name)
+
+    def record(row: StreamTable) -> None:
+        row.frontier, row.refresh_seq, row.is_populated, row.needs_reinit = current, seq, True, False
+        row.consecutive_errors = 0
+        _mark_fresh(row, data_timestamp)
+
+    env.catalog.update(st.name, record)
+    return {"action": action, "reason": reason, "rows_inserted": inserted, "rows_deleted": deleted, "seq": seq,
+            "frontier": current, "table_version": table_version}
+
+
+def pinned_query_sql(env: Environment, st: StreamTable, versions: dict[str, int]) -> str:
+    """The defining query reading each source at ``versions``, hidden columns of upstreams removed."""
+    hidden = {}
+    for dep in env.catalog.dependencies(st.name):
+        if dep.source_type == "STREAM_TABLE":
+            upstream = env.catalog.get(dep.source_name)
+            if upstream is not None:
+                hidden[dep.source_name] = upstream.output_columns
+    return pin_sources(parse_query(st.defining_query, stream_table=st.name), versions, hidden).sql(DIALECT)
+
+
+def recover_frontier(env: Environment, st: StreamTable) -> tuple[StreamTable, str | None]:
+    """Bring the catalog up to the newest refresh committed in the storage table.
+
+    A refresh killed after its data commit but before its catalog update left the catalog one
+    refresh behind; the frontier in the data commit is the truth.
+    """
+    records = [r for r in recorded_refreshes(env.spark, st.name) if isinstance(r.get("seq"), int)]
+    newest = max(records, key=lambda r: r["seq"], default=None)
+    if newest is None or newest["seq"] <= st.refresh_seq:
+        return st, None
+
+    def repair(row: StreamTable) -> None:
+        row.frontier = {k: int(v) for k, v in newest["frontier"].items()}
+        row.refresh_seq = newest["seq"]
+        row.is_populated = True
+        row.needs_reinit = False
+
+    repaired = env.catalog.update(st.name, repair)
+    return repaired, f"recovered frontier of refresh {newest['seq']} from storage commit {newest['version']}"
+
+
+def _reinitialize_storage(env: Environment, st: StreamTable) -> None:
+    from airflow_trickle.storage import create_storage_table
+
+    schema = env.spark.sql(pinned_query_sql(env, st, {})).schema
+    columns = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+    stored = [(f.name, f.dataType.simpleString()) for f in env.spark.table(quote_name(st.name)).schema.fields
+              if f.name in st.output_columns]
+    if columns != stored:
+        create_storage_table(env.spark, st.name, columns, st.storage, replace=True)
+        names = [c for c, _ in columns]
+        env.catalog.update(st.name, lambda row: setattr(row, "output_columns", names))
+        st.output_columns = names
+
+
+def _mark_fresh(row: StreamTable, data_timestamp) -> None:
+    row.data_timestamp = data_timestamp
+    row.last_refresh_at = utcnow()
+
+
+def _record_failure(env: Environment, st: StreamTable, record_history) -> None:
+    """Count the failure (suspending the table at ``max_consecutive_errors``) and log it."""
+    limit = env.config.max_consecutive_errors
+
+    def count(row: StreamTable) -> None:
+        row.consecutive_errors += 1
+        if row.consecutive_errors >= limit:
+            row.status = "ERROR"
+
+    try:
+        env.catalog.update(st.name, count)
+        record_history()
+    except Exception:  # noqa: BLE001 - never hide the refresh error behind a bookkeeping error
+        pass
+
+
+def _requested_mode(mode: str | None, name: str) -> str | None:
+    if mode is None or str(mode).upper() == "AUTO":
+        return None
+    value = str(mode).upper()
+    if value not in MANUAL_MODES:
+        from airflow_trickle.errors import InvalidRefreshModeError
+
+        raise InvalidRefreshModeError(f"invalid refresh mode {mode!r}", stream_table=name,
+                                      hint="use AUTO, FULL, DIFFERENTIAL or REINITIALIZE")
+    return value
+
+
+def _short(err: Exception) -> str:
+    return str(err).strip().split("\n")[0][:500]

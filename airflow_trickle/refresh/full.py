@@ -1,0 +1,40 @@
+"""FULL refresh, applied as a diff.
+
+FULL recomputes the defining query at the new frontier, but applies only the difference to
+the storage table: one MERGE that inserts rows that are new, deletes rows that are gone, and
+leaves equal rows alone.  The storage table's change feed then holds only real changes, so a
+FULL refresh upstream never looks like a full rewrite to a downstream stream table.
+"""
+from __future__ import annotations
+
+from airflow_trickle.names import quote_name
+from airflow_trickle.sql.rewrite import row_hash_sql
+from airflow_trickle.storage import DUP, ROW_ID
+
+
+def numbered_rows_sql(result_sql: str, columns: list[str]) -> str:
+    """Rows of ``result_sql`` with their bag identity: content hash and copy number.
+
+    ``SELECT a FROM t`` giving ``1, 1, 2`` -> ``(1, h1, 1), (1, h1, 2), (2, h2, 1)``.
+    """
+    return (
+        f"SELECT *, CAST(row_number() OVER (PARTITION BY `{ROW_ID}` ORDER BY `{ROW_ID}`) AS INT) AS `{DUP}` "
+        f"FROM (SELECT __q.*, {row_hash_sql(columns, qualifier='__q')} AS `{ROW_ID}` FROM ({result_sql}) AS __q) AS __h"
+    )
+
+
+def full_merge_sql(target: str, source_sql: str, columns: list[str]) -> str:
+    """MERGE ``source_sql`` (rows with identity columns) into ``target`` as a diff.
+
+    Rows are matched by identity; a matched row whose visible columns differ (a keyed row whose
+    aggregate changed) is updated, an unmatched source row inserted, an unmatched target row
+    deleted.
+    """
+    differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in columns) or "false"
+    return (
+        f"MERGE INTO {quote_name(target)} AS t USING ({source_sql}) AS s "
+        f"ON t.`{ROW_ID}` = s.`{ROW_ID}` AND t.`{DUP}` = s.`{DUP}` "
+        f"WHEN MATCHED AND ({differs}) THEN UPDATE SET * "
+        f"WHEN NOT MATCHED THEN INSERT * "
+        f"WHEN NOT MATCHED BY SOURCE THEN DELETE"
+    )

@@ -1,0 +1,78 @@
+"""Schedules: a duration (``30s``, ``5m``, ``1h30m``, ``2d``) or a cron expression.
+
+An empty schedule (``None``) means CALCULATED: the stream table is refreshed when
+a downstream stream table needs it, at the tightest downstream cadence.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from croniter import croniter
+
+from airflow_trickle.errors import InvalidScheduleError
+
+_DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A parsed schedule: exactly one of ``every`` and ``cron`` is set, or neither (CALCULATED)."""
+
+    text: str | None
+    every: timedelta | None = None
+    cron: str | None = None
+
+    @property
+    def is_calculated(self) -> bool:
+        return self.every is None and self.cron is None
+
+    def nominal_period(self, now: datetime | None = None) -> timedelta | None:
+        """The time between two runs: the duration, or the gap between the next two cron fires."""
+        if self.every is not None:
+            return self.every
+        if self.cron is not None:
+            it = croniter(self.cron, now or datetime(2000, 1, 1))
+            first = it.get_next(datetime)
+            return it.get_next(datetime) - first
+        return None
+
+    def is_due(self, last_refresh: datetime | None, now: datetime) -> bool:
+        """True when a refresh last done at ``last_refresh`` is due again at ``now``."""
+        if last_refresh is None:
+            return True
+        if self.every is not None:
+            return now - last_refresh >= self.every
+        if self.cron is not None:
+            return croniter(self.cron, last_refresh).get_next(datetime) <= now
+        return False
+
+
+def parse_schedule(text: str | None, *, stream_table: str | None = None) -> Schedule:
+    """Parse ``text`` into a :class:`Schedule`; raise :class:`InvalidScheduleError` naming the table.
+
+    >>> parse_schedule("1h30m").every
+    datetime.timedelta(seconds=5400)
+    >>> parse_schedule("*/5 * * * *").cron
+    '*/5 * * * *'
+    """
+    if text is None or str(text).strip() == "":
+        return Schedule(text=None)
+    raw = str(text).strip()
+    match = _DURATION.match(raw)
+    if match and any(match.groupdict().values()):
+        parts = {k: int(v) for k, v in match.groupdict().items() if v}
+        every = timedelta(days=parts.get("d", 0), hours=parts.get("h", 0),
+                          minutes=parts.get("m", 0), seconds=parts.get("s", 0))
+        if every <= timedelta(0):
+            raise InvalidScheduleError(f"schedule {raw!r} must be longer than zero", stream_table=stream_table)
+        return Schedule(text=raw, every=every)
+    if len(raw.split()) in (5, 6) or raw.startswith("@"):
+        if croniter.is_valid(raw):
+            return Schedule(text=raw, cron=raw)
+    raise InvalidScheduleError(
+        f"invalid schedule {raw!r}",
+        stream_table=stream_table,
+        hint="use a duration such as '30s', '5m', '1h30m', '1d' or a cron expression such as '*/5 * * * *'",
+    )

@@ -1,0 +1,1 @@
+"""Everything that talks to Spark and Delta: the embedded session, table versions, commits."""

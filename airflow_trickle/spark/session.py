@@ -1,0 +1,143 @@
+"""The embedded default: a local Spark session with Delta, whose tables live under a warehouse dir.
+
+The embedded session uses Spark's in-memory catalog rather than an embedded Hive metastore:
+an embedded Derby metastore admits one process at a time, and two refresh jobs must be able to
+run at once.  The warehouse directory itself is the metastore: Delta tables are self-describing,
+so :func:`sync_warehouse_tables` registers every ``<warehouse>/<db>.db/<table>`` (and
+``<warehouse>/<table>`` for the default database) under its name in a session, and forgets names
+whose directory another application removed.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+from airflow_trickle.config import TrickleConfig
+
+CATALOG_DIR = "_trickle"
+
+
+def delta_package() -> str:
+    """Maven coordinates of the Delta jar matching the installed pyspark and delta-spark."""
+    import pyspark
+
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    delta_version = importlib.metadata.version("delta-spark")
+    return f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
+
+
+def session_conf(config: TrickleConfig, warehouse: str) -> dict[str, str]:
+    """The Spark configuration of an embedded session, also used for spark-submit jobs."""
+    conf = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.catalogImplementation": "in-memory",
+        "spark.sql.warehouse.dir": warehouse,
+        "spark.jars.packages": delta_package(),
+        "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
+        # Delta rebuilds table state with this many partitions; its default of 50 dominates
+        # small reads on one machine.
+        "spark.databricks.delta.snapshotPartitions": str(max(1, config.shuffle_partitions)),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+    }
+    conf.update(config.spark_conf)
+    return conf
+
+
+def build_session(config: TrickleConfig, warehouse: str):
+    """Start (or reuse) the embedded local Spark session for ``warehouse``.
+
+    The Delta jars are resolved from Maven Central by ``spark.jars.packages`` on first use and
+    cached by Ivy (``~/.ivy2.5.2``); later sessions start offline.
+    """
+    from pyspark.sql import SparkSession
+
+    local = _local_path(warehouse)
+    if local:
+        Path(local).mkdir(parents=True, exist_ok=True)
+    builder = SparkSession.builder.master(config.spark_master).appName("airflow_trickle")
+    for key, value in session_conf(config, warehouse).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def default_warehouse(spark) -> str:
+    """The warehouse directory of a session the user brought."""
+    return spark.conf.get("spark.sql.warehouse.dir")
+
+
+def _local_path(location: str) -> str | None:
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return os.path.abspath(parsed.path if parsed.scheme else location)
+    return None
+
+
+def uses_in_memory_catalog(spark) -> bool:
+    return spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory"
+
+
+def sync_warehouse_tables(spark, warehouse: str) -> None:
+    """Make every Delta table stored under a local ``warehouse`` visible by name in ``spark``.
+
+    Only for sessions on the in-memory catalog (the embedded default); a real metastore already
+    shares names between applications.
+    """
+    root = _local_path(warehouse)
+    if not root or not os.path.isdir(root) or not uses_in_memory_catalog(spark):
+        return
+    on_disk: dict[str, str] = {}
+    for entry in os.scandir(root):
+        if not entry.is_dir() or entry.name.startswith(("_", ".")):
+            continue
+        if entry.name.endswith(".db"):
+            database = entry.name[:-3]
+            for table in os.scandir(entry.path):
+                if table.is_dir() and os.path.isdir(os.path.join(table.path, "_delta_log")):
+                    on_disk[f"{database}.{table.name}".lower()] = table.path
+            on_disk.setdefault(f"{database}.", "")
+        elif os.path.isdir(os.path.join(entry.path, "_delta_log")):
+            on_disk[f"default.{entry.name}".lower()] = entry.path
+    jcatalog = spark._jsparkSession.sessionState().catalog()
+    known_dbs = {db.lower() for db in _scala_list(jcatalog.listDatabases())}
+    for key in sorted(on_disk):
+        database, table = key.split(".", 1)
+        if database not in known_dbs:
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+            known_dbs.add(database)
+        if table and not spark.catalog.tableExists(f"`{database}`.`{table}`"):
+            location = on_disk[key].replace("'", "\\'")
+            try:
+                spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION '{location}'")
+            except Exception:  # noqa: BLE001 - a table being created or dropped right now
+                continue
+    for database in known_dbs:
+        for row in spark.sql(f"SHOW TABLES IN `{database}`").collect():
+            if row.isTemporary:
+                continue
+            key = f"{database}.{row.tableName}".lower()
+            if key not in on_disk and _table_location_gone(spark, database, row.tableName):
+                jcatalog.dropTable(_table_identifier(spark, database, row.tableName), True, False)
+
+
+def _table_location_gone(spark, database: str, table: str) -> bool:
+    try:
+        meta = spark._jsparkSession.sessionState().catalog().getTableMetadata(_table_identifier(spark, database, table))
+        location = _local_path(meta.location().toString())
+    except Exception:  # noqa: BLE001
+        return False
+    return bool(location) and not os.path.isdir(os.path.join(location, "_delta_log"))
+
+
+def _table_identifier(spark, database: str, table: str):
+    jvm = spark._jvm
+    return jvm.org.apache.spark.sql.catalyst.TableIdentifier(table, jvm.scala.Some(database))
+
+
+def _scala_list(seq) -> list[str]:
+    return [seq.apply(i) for i in range(seq.size())]

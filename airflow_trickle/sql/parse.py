@@ -1,0 +1,96 @@
+"""Parse a defining query and read facts off its tree: sources, non-deterministic calls."""
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.optimizer.scope import traverse_scope
+
+from airflow_trickle.errors import InvalidQueryError
+from airflow_trickle.names import DEFAULT_DATABASE
+
+DIALECT = "spark"
+
+#: Functions whose result changes from one evaluation to the next.  A DIFFERENTIAL stream
+#: table cannot use them: the old state it subtracts would not be the state it added.
+NONDETERMINISTIC_FUNCTIONS = frozenset({
+    "rand", "random", "randn", "uuid", "shuffle", "now", "current_timestamp", "current_date",
+    "current_time", "localtimestamp", "unix_timestamp", "monotonically_increasing_id",
+    "spark_partition_id", "input_file_name", "input_file_block_start", "input_file_block_length",
+    "randstr", "uniform", "current_timezone",
+})
+
+
+def parse_query(text: str, *, stream_table: str | None = None) -> exp.Query:
+    """Parse ``text`` as one Spark SQL query (SELECT, set operation, or WITH ... SELECT).
+
+    Raises :class:`InvalidQueryError` naming the stream table for anything else.
+    """
+    if not text or not str(text).strip():
+        raise InvalidQueryError("the defining query is empty", stream_table=stream_table)
+    try:
+        statements = [s for s in sqlglot.parse(str(text), read=DIALECT) if s is not None]
+    except (ParseError, TokenError) as err:
+        raise InvalidQueryError(f"the defining query does not parse: {_first_line(err)}", stream_table=stream_table) from err
+    if len(statements) != 1:
+        raise InvalidQueryError(
+            f"the defining query must be one statement, found {len(statements)}", stream_table=stream_table
+        )
+    query = statements[0]
+    if not isinstance(query, exp.Query):
+        raise InvalidQueryError(
+            f"the defining query must be a SELECT query, found {query.key.upper()}", stream_table=stream_table
+        )
+    return query
+
+
+def source_tables(query: exp.Expression) -> list[exp.Table]:
+    """The table nodes of ``query`` that name stored tables (CTE references excluded), in order.
+
+    ``WITH x AS (SELECT * FROM a) SELECT * FROM x JOIN b`` -> the nodes for ``a`` and ``b``.
+    """
+    found: dict[int, exp.Table] = {}
+    for scope in traverse_scope(query):
+        for source in scope.sources.values():
+            if isinstance(source, exp.Table) and source.name:
+                found.setdefault(id(source), source)
+    ordered = [node for node in query.find_all(exp.Table, bfs=False) if id(node) in found]
+    return ordered
+
+
+def table_name(node: exp.Table, *, database: str = DEFAULT_DATABASE) -> str:
+    """The qualified lower-case name ``database.table`` of a table node."""
+    return f"{(node.db or database).lower()}.{node.name.lower()}"
+
+
+def source_names(query: exp.Expression, *, database: str = DEFAULT_DATABASE) -> list[str]:
+    """Distinct qualified names of the stored tables ``query`` reads, in first-use order."""
+    return list(dict.fromkeys(table_name(t, database=database) for t in source_tables(query)))
+
+
+def nondeterministic_calls(query: exp.Expression) -> list[str]:
+    """Names of non-deterministic functions called anywhere in ``query``, in order of appearance."""
+    names = []
+    for node in query.find_all(exp.Func):
+        name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+        if name in NONDETERMINISTIC_FUNCTIONS:
+            names.append(name)
+    return list(dict.fromkeys(names))
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def columns_used(qualified: exp.Expression, *, database: str = DEFAULT_DATABASE) -> dict[str, list[str]]:
+    """Column-level lineage of a *qualified* query: ``{source name: [columns read]}``.
+
+    ``SELECT o.id FROM shop.orders AS o WHERE o.amt > 1`` -> ``{"shop.orders": ["amt", "id"]}``.
+    """
+    used: dict[str, set[str]] = {}
+    for scope in traverse_scope(qualified):
+        for column in scope.columns:
+            source = scope.sources.get(column.table)
+            if isinstance(source, exp.Table) and source.name:
+                used.setdefault(table_name(source, database=database), set()).add(column.name.lower())
+    return {name: sorted(cols) for name, cols in used.items()}

@@ -1,0 +1,61 @@
+"""Storage tables: the Delta tables that hold a stream table's rows.
+
+Every storage table has the user's output columns plus hidden columns:
+
+* ``__trickle_row_id`` BIGINT: the row's identity, a NULL-safe xxhash64 computed in the JVM:
+  of the whole row for a *bag* (a result that may hold duplicate rows), of the group key for a
+  *keyed* result (GROUP BY, DISTINCT);
+* ``__trickle_dup`` INT: 1..n among the n copies of a duplicated row (always 1 when keyed).
+
+``(__trickle_row_id, __trickle_dup)`` is unique, so MERGE can match exactly one physical row,
+and a refresh can add or remove single copies of a duplicated row.  Change Data Feed is on, so
+downstream stream tables read a stream table's changes like any source's.
+"""
+from __future__ import annotations
+
+from airflow_trickle.names import quote_name
+
+ROW_ID = "__trickle_row_id"
+DUP = "__trickle_dup"
+
+TABLE_PROPERTIES = {
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableDeletionVectors": "true",
+}
+
+
+def hidden_columns(storage: dict) -> list[tuple[str, str]]:
+    """The hidden columns of a storage layout, in table order."""
+    extra = [tuple(col) for col in storage.get("state", [])]
+    return [(ROW_ID, "bigint"), (DUP, "int")] + extra
+
+
+def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: dict, *, replace: bool = False) -> None:
+    """Create (or, keeping its history, replace) the Delta table behind a stream table."""
+    column_ddl = ", ".join(f"`{col}` {kind}" for col, kind in columns)
+    hidden_ddl = ", ".join(f"`{col}` {kind} NOT NULL" if col in (ROW_ID, DUP) else f"`{col}` {kind}"
+                           for col, kind in hidden_columns(storage))
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+    verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
+    spark.sql(f"{verb} {quote_name(name)} ({column_ddl}, {hidden_ddl}) USING delta TBLPROPERTIES ({props})")
+
+
+def drop_storage_table(spark, name: str) -> None:
+    """Drop the table and remove its files (the embedded catalog registers tables as external)."""
+    location = None
+    try:
+        row = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").select("location").first()
+        location = row.location if row else None
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+    spark.sql(f"DROP TABLE IF EXISTS {quote_name(name)}")
+    if location:
+        _remove_location(spark, location)
+
+
+def _remove_location(spark, location: str) -> None:
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    if fs.exists(path):
+        fs.delete(path, True)

@@ -25,6 +25,7 @@ from airflow_trickle.errors import (
 from airflow_trickle.names import qualify_name
 from airflow_trickle.refresh import RefreshResult, refresh_stream_table
 from airflow_trickle.schedule import parse_schedule
+from airflow_trickle.spark.delta import table_location
 from airflow_trickle.spark.session import CATALOG_DIR, build_session, default_warehouse, sync_warehouse_tables
 
 _UNSET = object()
@@ -66,7 +67,7 @@ class Trickle:
 
     @cached_property
     def catalog(self) -> CatalogStore:
-        return CatalogStore(self.spark, f"{self.warehouse.rstrip('/')}/{CATALOG_DIR}",
+        return CatalogStore(f"{self.warehouse.rstrip('/')}/{CATALOG_DIR}",
                             write_attempts=self.config.catalog_write_attempts)
 
     def sync(self) -> None:
@@ -100,7 +101,9 @@ class Trickle:
         st = _stream_table_row(definition, options or {})
         create_storage_table(self.spark, st.name, definition.output_columns, st.storage)
         try:
-            self.catalog.insert(st, _dependency_rows(definition))
+            st.location = table_location(self.spark, st.name)
+            self.catalog.insert(st, [_dependency_row(definition, source, self._location(source))
+                                     for source in definition.sources.values()])
             if initialize:
                 refresh_stream_table(self, st.name, initiated_by="INITIAL")
         except BaseException:
@@ -108,6 +111,11 @@ class Trickle:
             drop_storage_table(self.spark, st.name)
             raise
         return self.get(st.name)
+
+    def _location(self, source) -> str:
+        if source.kind == "STREAM_TABLE":
+            return self.get(source.name).location
+        return table_location(self.spark, source.name)
 
     def drop_stream_table(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> None:
         """Drop the stream table, its storage and catalog rows.
@@ -241,8 +249,7 @@ def _stream_table_row(definition: Definition, options: dict) -> StreamTable:
     )
 
 
-def _dependency_rows(definition: Definition) -> list[Dependency]:
-    return [Dependency(st_name=definition.name, source_name=s.name, source_type=s.kind,
-                       columns_used=definition.columns_used.get(s.name), cdc_mode="snapshot",
-                       schema_fingerprint=s.fingerprint)
-            for s in definition.sources.values()]
+def _dependency_row(definition: Definition, source, location: str) -> Dependency:
+    return Dependency(st_name=definition.name, source_name=source.name, source_type=source.kind,
+                      source_location=location, columns_used=definition.columns_used.get(source.name),
+                      cdc_mode="snapshot", schema_fingerprint=source.fingerprint)

@@ -5,25 +5,35 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 
-STREAM_TABLES_DDL = """
-    name STRING NOT NULL, st_id STRING NOT NULL, defining_query STRING, original_query STRING,
-    schedule STRING, refresh_mode STRING, effective_mode STRING, mode_reason STRING, status STRING,
-    is_populated BOOLEAN, data_timestamp TIMESTAMP, frontier STRING, refresh_seq BIGINT,
-    consecutive_errors INT, needs_reinit BOOLEAN, output_columns STRING, storage STRING,
-    options STRING, last_refresh_at TIMESTAMP, created_at TIMESTAMP, updated_at TIMESTAMP
-"""
+def _schemas():
+    """Arrow schemas of the catalog tables (built lazily: pyarrow loads only when the catalog is used)."""
+    import pyarrow as pa
 
-DEPENDENCIES_DDL = """
-    st_name STRING NOT NULL, source_name STRING NOT NULL, source_type STRING, columns_used ARRAY<STRING>,
-    cdc_mode STRING, schema_fingerprint STRING
-"""
+    ts = pa.timestamp("us", tz="UTC")
+    return {
+        "stream_tables": pa.schema([
+            ("name", pa.string()), ("st_id", pa.string()), ("defining_query", pa.string()),
+            ("original_query", pa.string()), ("schedule", pa.string()), ("refresh_mode", pa.string()),
+            ("effective_mode", pa.string()), ("mode_reason", pa.string()), ("status", pa.string()),
+            ("is_populated", pa.bool_()), ("data_timestamp", ts), ("frontier", pa.string()),
+            ("refresh_seq", pa.int64()), ("consecutive_errors", pa.int32()), ("needs_reinit", pa.bool_()),
+            ("output_columns", pa.string()), ("location", pa.string()), ("storage", pa.string()),
+            ("options", pa.string()), ("last_refresh_at", ts), ("created_at", ts), ("updated_at", ts),
+        ]),
+        "dependencies": pa.schema([
+            ("st_name", pa.string()), ("source_name", pa.string()), ("source_type", pa.string()),
+            ("source_location", pa.string()), ("columns_used", pa.list_(pa.string())), ("cdc_mode", pa.string()),
+            ("schema_fingerprint", pa.string()),
+        ]),
+        "refresh_history": pa.schema([
+            ("refresh_id", pa.string()), ("st_name", pa.string()), ("seq", pa.int64()), ("action", pa.string()),
+            ("status", pa.string()), ("rows_inserted", pa.int64()), ("rows_deleted", pa.int64()),
+            ("start_time", ts), ("end_time", ts), ("duration_ms", pa.int64()), ("reason", pa.string()),
+            ("error_message", pa.string()), ("initiated_by", pa.string()), ("frontier_from", pa.string()),
+            ("frontier_to", pa.string()), ("data_timestamp", ts),
+        ]),
+    }
 
-REFRESH_HISTORY_DDL = """
-    refresh_id STRING NOT NULL, st_name STRING NOT NULL, seq BIGINT, action STRING, status STRING,
-    rows_inserted BIGINT, rows_deleted BIGINT, start_time TIMESTAMP, end_time TIMESTAMP,
-    duration_ms BIGINT, reason STRING, error_message STRING, initiated_by STRING,
-    frontier_from STRING, frontier_to STRING, data_timestamp TIMESTAMP
-"""
 
 #: Fields stored as JSON text.
 _JSON_FIELDS = {"frontier", "output_columns", "storage", "options", "frontier_from", "frontier_to"}
@@ -35,7 +45,7 @@ def utcnow() -> datetime:
 
 def _as_utc(value):
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
     return value
 
 
@@ -49,8 +59,8 @@ class _Row:
         return row
 
     @classmethod
-    def from_row(cls, row) -> "_Row":
-        data = row.asDict() if hasattr(row, "asDict") else dict(row)
+    def from_row(cls, row: dict) -> "_Row":
+        data = dict(row)
         names = {f.name for f in fields(cls)}
         values = {}
         for key, value in data.items():
@@ -84,6 +94,8 @@ class StreamTable(_Row):
     consecutive_errors: int = 0
     needs_reinit: bool = False
     output_columns: list[str] = field(default_factory=list)
+    #: Location (path or URI) of the storage Delta table.
+    location: str | None = None
     #: How rows are identified in storage: ``{"identity": "bag"|"keyed", "hidden": [...]}``.
     storage: dict = field(default_factory=dict)
     #: Per-table settings (diamond consistency, freshness target, ...).
@@ -100,6 +112,8 @@ class Dependency(_Row):
     st_name: str
     source_name: str
     source_type: str  # TABLE | STREAM_TABLE
+    #: Location of the source's Delta table, for reading its version without Spark.
+    source_location: str | None = None
     columns_used: list[str] | None = None
     cdc_mode: str = "snapshot"
     schema_fingerprint: str | None = None

@@ -1,8 +1,12 @@
-"""Read and write the catalog Delta tables, safely when several jobs write at once.
+"""Read and write the catalog Delta tables with delta-rs: milliseconds, and no JVM.
 
-Two refresh jobs may commit to the catalog at the same moment.  History rows are blind
-appends, which never conflict in Delta.  Updates of a stream table's row are read-modify-write
-transactions that Delta's optimistic concurrency may reject; they are retried from the read.
+The catalog tables are small and touched on every refresh; through Spark each one-row write
+costs one to two seconds of job overhead, through delta-rs a few milliseconds.  Without a JVM,
+the Airflow layer can also read the catalog at task start to decide whether Spark is needed.
+
+Two jobs may write at once.  History rows are blind appends, which never conflict.  Updates of
+a stream table's row are read-modify-write transactions; when a concurrent commit makes Delta's
+conflict check fail, the whole transaction is retried from the read.
 """
 from __future__ import annotations
 
@@ -11,33 +15,22 @@ import random
 import time
 from typing import Callable, Iterable
 
-from airflow_trickle.catalog.model import (
-    DEPENDENCIES_DDL,
-    REFRESH_HISTORY_DDL,
-    STREAM_TABLES_DDL,
-    Dependency,
-    RefreshRecord,
-    StreamTable,
-    utcnow,
-)
+from airflow_trickle.catalog.model import Dependency, RefreshRecord, StreamTable, _schemas, utcnow
 from airflow_trickle.errors import CatalogError
-from airflow_trickle.spark.delta import is_conflict
 
-_TABLES = {
-    "stream_tables": STREAM_TABLES_DDL,
-    "dependencies": DEPENDENCIES_DDL,
-    "refresh_history": REFRESH_HISTORY_DDL,
-}
+TABLES = ("stream_tables", "dependencies", "refresh_history")
+
+#: Compact a catalog table once it holds more data files than this.
+_COMPACT_AFTER_FILES = 64
 
 
 class CatalogStore:
     """The catalog of one warehouse: ``<root>/stream_tables``, ``dependencies``, ``refresh_history``."""
 
-    def __init__(self, spark, root: str, *, write_attempts: int = 8):
-        self.spark = spark
+    def __init__(self, root: str, *, write_attempts: int = 8, storage_options: dict | None = None):
         self.root = root.rstrip("/")
         self.write_attempts = write_attempts
-        self._schemas = {}
+        self.storage_options = storage_options or None
         self._ensured = False
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -45,133 +38,136 @@ class CatalogStore:
     def path(self, table: str) -> str:
         return f"{self.root}/{table}"
 
-    def _ref(self, table: str) -> str:
-        return f"delta.`{self.path(table)}`"
-
     def ensure(self) -> None:
         """Create the catalog tables that do not exist yet (idempotent, safe to race)."""
         if self._ensured:
             return
-        for table, ddl in _TABLES.items():
-            if not self._exists_on_disk(table):
-                self._retry(lambda t=table, d=ddl: self.spark.sql(
-                    f"CREATE TABLE IF NOT EXISTS {self._ref(t)} ({d}) USING delta"
+        from deltalake import DeltaTable
+
+        for table in TABLES:
+            if not DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
+                schema = _schemas()[table]
+                self._retry(lambda t=table, s=schema: DeltaTable.create(
+                    self.path(t), schema=s, mode="ignore", storage_options=self.storage_options,
                 ), what=f"create catalog table {table}")
         self._ensured = True
 
-    def _exists_on_disk(self, table: str) -> bool:
-        path = self.path(table)
-        if "://" in path and not path.startswith("file:"):
-            return False  # let CREATE TABLE IF NOT EXISTS decide on remote storage
-        return os.path.isdir(os.path.join(path.removeprefix("file:"), "_delta_log"))
+    def _table(self, table: str):
+        from deltalake import DeltaTable
 
-    def _schema(self, table: str):
-        if table not in self._schemas:
-            from pyspark.sql.types import StructType
-
-            self._schemas[table] = StructType.fromDDL(_TABLES[table])
-        return self._schemas[table]
-
-    def _frame(self, table: str, rows: Iterable[dict]):
-        schema = self._schema(table)
-        tuples = [tuple(row.get(f.name) for f in schema.fields) for row in rows]
-        return self.spark.createDataFrame(tuples, schema=schema)
-
-    def _read(self, table: str):
         self.ensure()
-        return self.spark.read.format("delta").load(self.path(table))
+        return DeltaTable(self.path(table), storage_options=self.storage_options)
+
+    def _rows(self, table: str, filters: list | None = None) -> list[dict]:
+        return self._table(table).to_pyarrow_table(filters=filters or None).to_pylist()
+
+    def _arrow(self, table: str, rows: Iterable[dict]):
+        import pyarrow as pa
+
+        schema = _schemas()[table]
+        rows = list(rows)
+        return pa.Table.from_pylist([{f.name: row.get(f.name) for f in schema} for row in rows], schema=schema)
+
+    def _append(self, table: str, rows: list[dict], what: str) -> None:
+        from deltalake import write_deltalake
+
+        self.ensure()
+        self._retry(lambda: write_deltalake(self.path(table), self._arrow(table, rows), mode="append",
+                                            storage_options=self.storage_options), what=what)
+        self._maybe_compact(table)
+
+    def _maybe_compact(self, table: str) -> None:
+        dt = self._table(table)
+        if len(dt.file_uris()) > _COMPACT_AFTER_FILES:
+            try:
+                dt.optimize.compact()
+                dt.create_checkpoint()
+                dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+            except Exception:  # noqa: BLE001 - housekeeping; a concurrent writer will compact later
+                pass
 
     def _retry(self, action: Callable[[], object], *, what: str):
-        """Run ``action``; on a Delta conflict, back off and run it again from the start."""
+        """Run ``action``; on a commit conflict, back off and run it again from the start."""
         for attempt in range(1, self.write_attempts + 1):
             try:
                 return action()
             except Exception as err:  # noqa: BLE001 - classified below
-                if not is_conflict(err) or attempt == self.write_attempts:
-                    if is_conflict(err):
-                        raise CatalogError(f"{what}: gave up after {attempt} conflicting attempts: {err}") from err
+                if not _is_conflict(err):
                     raise
-                time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+                if attempt == self.write_attempts:
+                    raise CatalogError(f"{what}: gave up after {attempt} conflicting attempts: {err}") from err
+                time.sleep(min(1.0, 0.02 * 2 ** attempt) * (0.5 + random.random()))
         raise AssertionError("unreachable")
-
-    def _delta(self, table: str):
-        from delta.tables import DeltaTable
-
-        return DeltaTable.forPath(self.spark, self.path(table))
 
     # -- stream tables ------------------------------------------------------------------------
 
     def get(self, name: str) -> StreamTable | None:
-        from pyspark.sql import functions as F
-
-        rows = self._read("stream_tables").where(F.col("name") == name).collect()
+        rows = self._rows("stream_tables", [("name", "=", name)])
         return StreamTable.from_row(rows[0]) if rows else None
 
     def list(self) -> list[StreamTable]:
-        return sorted((StreamTable.from_row(r) for r in self._read("stream_tables").collect()), key=lambda s: s.name)
+        return sorted((StreamTable.from_row(r) for r in self._rows("stream_tables")), key=lambda s: s.name)
 
     def insert(self, st: StreamTable, dependencies: list[Dependency]) -> None:
-        """Register a new stream table with its dependencies."""
+        """Register a new stream table with its dependencies (dependencies first: a reader that
+        sees the stream table always sees its edges)."""
         now = utcnow()
         st.created_at = st.created_at or now
         st.updated_at = now
-        self.ensure()
-        self._retry(lambda: self._frame("stream_tables", [st.to_row()]).write.format("delta").mode("append")
-                    .save(self.path("stream_tables")), what=f"register {st.name}")
         if dependencies:
-            self._retry(lambda: self._frame("dependencies", [d.to_row() for d in dependencies]).write
-                        .format("delta").mode("append").save(self.path("dependencies")),
-                        what=f"register dependencies of {st.name}")
+            self._append("dependencies", [d.to_row() for d in dependencies], f"register dependencies of {st.name}")
+        self._append("stream_tables", [st.to_row()], f"register {st.name}")
 
     def update(self, name: str, change: Callable[[StreamTable], None]) -> StreamTable:
         """Apply ``change`` to the stored row of ``name`` and write it back (retried on conflict)."""
-        from pyspark.sql import functions as F
 
         def attempt() -> StreamTable:
-            st = self.get(name)
-            if st is None:
+            table = self._table("stream_tables")
+            rows = table.to_pyarrow_table(filters=[("name", "=", name)]).to_pylist()
+            if not rows:
                 raise CatalogError(f"stream table {name!r} vanished from the catalog during an update")
+            st = StreamTable.from_row(rows[0])
             change(st)
             st.updated_at = utcnow()
-            source = self._frame("stream_tables", [st.to_row()])
-            (self._delta("stream_tables").alias("t")
-             .merge(source.alias("s"), F.col("t.name") == F.col("s.name"))
-             .whenMatchedUpdateAll().execute())
+            (table.merge(self._arrow("stream_tables", [st.to_row()]), "t.name = s.name",
+                         source_alias="s", target_alias="t")
+             .when_matched_update_all().execute())
             return st
 
-        return self._retry(attempt, what=f"update {name}")
+        result = self._retry(attempt, what=f"update {name}")
+        self._maybe_compact("stream_tables")
+        return result
 
     def delete(self, name: str) -> None:
         """Remove the stream table's row and its dependency rows."""
-        from pyspark.sql import functions as F
-
-        self.ensure()
-        self._retry(lambda: self._delta("stream_tables").delete(F.col("name") == name), what=f"unregister {name}")
-        self._retry(lambda: self._delta("dependencies").delete(F.col("st_name") == name),
+        literal = name.replace("'", "''")
+        self._retry(lambda: self._table("stream_tables").delete(f"name = '{literal}'"), what=f"unregister {name}")
+        self._retry(lambda: self._table("dependencies").delete(f"st_name = '{literal}'"),
                     what=f"unregister dependencies of {name}")
 
     # -- dependencies -------------------------------------------------------------------------
 
     def dependencies(self, name: str | None = None) -> list[Dependency]:
-        from pyspark.sql import functions as F
-
-        frame = self._read("dependencies")
-        if name is not None:
-            frame = frame.where(F.col("st_name") == name)
-        return [Dependency.from_row(r) for r in frame.collect()]
+        filters = [("st_name", "=", name)] if name is not None else None
+        return [Dependency.from_row(r) for r in self._rows("dependencies", filters)]
 
     # -- history ------------------------------------------------------------------------------
 
     def append_history(self, record: RefreshRecord) -> None:
-        self.ensure()
-        self._retry(lambda: self._frame("refresh_history", [record.to_row()]).write.format("delta")
-                    .mode("append").save(self.path("refresh_history")), what=f"record refresh of {record.st_name}")
+        self._append("refresh_history", [record.to_row()], f"record refresh of {record.st_name}")
 
     def history(self, name: str | None = None, limit: int = 20) -> list[RefreshRecord]:
-        from pyspark.sql import functions as F
+        filters = [("st_name", "=", name)] if name is not None else None
+        rows = [RefreshRecord.from_row(r) for r in self._rows("refresh_history", filters)]
+        rows.sort(key=lambda r: (r.start_time or utcnow(), r.end_time or utcnow()), reverse=True)
+        return rows[:limit]
 
-        frame = self._read("refresh_history")
-        if name is not None:
-            frame = frame.where(F.col("st_name") == name)
-        rows = frame.orderBy(F.col("start_time").desc(), F.col("seq").desc()).limit(limit).collect()
-        return [RefreshRecord.from_row(r) for r in rows]
+
+def _is_conflict(err: BaseException) -> bool:
+    from deltalake.exceptions import CommitFailedError
+
+    if isinstance(err, CommitFailedError):
+        return True
+    text = f"{type(err).__name__}: {err}"
+    return any(marker in text for marker in ("CommitFailed", "Transaction failed", "already exists", "conflict",
+                                             "Conflict", "VersionAlreadyExists"))

@@ -23,7 +23,8 @@ from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError, TrickleError
 from airflow_trickle.names import quote_name
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
-from airflow_trickle.spark.delta import latest_version, recorded_refreshes, refresh_commit
+from airflow_trickle.deltalog import latest_version, recorded_refreshes
+from airflow_trickle.spark.delta import refresh_commit
 from airflow_trickle.sql.parse import DIALECT, parse_query
 from airflow_trickle.sql.rewrite import pin_sources
 
@@ -83,8 +84,7 @@ def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None
 
     action = None
     try:
-        current = {dep.source_name: latest_version(env.spark, dep.source_name)
-                   for dep in env.catalog.dependencies(name)}
+        current = source_versions(env, name)
         action, reason = choose_action(st, current, requested)
         if recovered:
             reason = f"{reason}; {recovered}" if reason else recovered
@@ -101,6 +101,11 @@ def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None
         raise failure from err
     action = applied.pop("action")
     return finish(action, "COMPLETED", applied.pop("reason", None) or reason, **applied)
+
+
+def source_versions(env: Environment, name: str) -> dict[str, int]:
+    """The newest version of every source of ``name`` (read from the Delta logs, no Spark)."""
+    return {dep.source_name: latest_version(dep.source_location) for dep in env.catalog.dependencies(name)}
 
 
 def choose_action(st: StreamTable, current: dict[str, int], requested: str | None) -> tuple[str, str | None]:
@@ -143,7 +148,7 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
     updated = int(metrics["num_updated_rows"] or 0)
     inserted = int(metrics["num_inserted_rows"] or 0) + updated
     deleted = int(metrics["num_deleted_rows"] or 0) + updated
-    table_version = latest_version(env.spark, st.name)
+    table_version = latest_version(st.location)
 
     def record(row: StreamTable) -> None:
         row.frontier, row.refresh_seq, row.is_populated, row.needs_reinit = current, seq, True, False
@@ -172,7 +177,7 @@ def recover_frontier(env: Environment, st: StreamTable) -> tuple[StreamTable, st
     A refresh killed after its data commit but before its catalog update left the catalog one
     refresh behind; the frontier in the data commit is the truth.
     """
-    records = [r for r in recorded_refreshes(env.spark, st.name) if isinstance(r.get("seq"), int)]
+    records = [r for r in recorded_refreshes(st.location) if isinstance(r.get("seq"), int)]
     newest = max(records, key=lambda r: r["seq"], default=None)
     if newest is None or newest["seq"] <= st.refresh_seq:
         return st, None

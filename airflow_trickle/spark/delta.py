@@ -1,14 +1,12 @@
-"""Delta table facts and commit plumbing: versions, history, commit metadata, idempotent commits."""
+"""Delta through Spark: table existence, locations, and the plumbing of a refresh's data commit."""
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
 from typing import Iterator
 
+from airflow_trickle.deltalog import COMMIT_KEY
 from airflow_trickle.names import quote_name
-
-#: Key under which a refresh records itself in a Delta commit's ``userMetadata``.
-COMMIT_KEY = "airflow_trickle"
 
 _CONF_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _CONF_TXN_APP = "spark.databricks.delta.write.txnAppId"
@@ -27,40 +25,17 @@ def is_delta(spark, name: str) -> bool:
     return bool(rows) and rows[0].format == "delta"
 
 
-def latest_version(spark, name: str) -> int:
-    """The newest committed version of Delta table ``name``."""
-    row = spark.sql(f"DESCRIBE HISTORY {quote_name(name)} LIMIT 1").select("version").first()
-    return int(row.version)
+def table_location(spark, name: str) -> str:
+    """Where the Delta table ``name`` is stored (a path or URI, ``file:`` removed)."""
+    from airflow_trickle.deltalog import normalize_location
+
+    row = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").select("location").first()
+    return normalize_location(row.location)
 
 
 def table_properties(spark, name: str) -> dict[str, str]:
     rows = spark.sql(f"SHOW TBLPROPERTIES {quote_name(name)}").collect()
     return {row.key: row.value for row in rows}
-
-
-def recorded_refreshes(spark, name: str, limit: int = 50) -> list[dict]:
-    """The refresh records carried by the newest commits of a storage table, newest first.
-
-    Each is the JSON a refresh put in its data commit (``seq``, ``frontier``, ...) plus the
-    commit's ``version``.  This is the ground truth of how far a stream table has consumed its
-    sources: it is written in the same atomic commit as the data.
-    """
-    rows = (
-        spark.sql(f"DESCRIBE HISTORY {quote_name(name)} LIMIT {int(limit)}")
-        .select("version", "userMetadata")
-        .collect()
-    )
-    records = []
-    for row in rows:
-        if not row.userMetadata:
-            continue
-        try:
-            payload = json.loads(row.userMetadata)
-        except ValueError:
-            continue
-        if isinstance(payload, dict) and COMMIT_KEY in payload:
-            records.append({**payload[COMMIT_KEY], "version": int(row.version)})
-    return records
 
 
 @contextmanager

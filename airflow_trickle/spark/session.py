@@ -114,6 +114,7 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
             location = on_disk[key].replace("'", "\\'")
             try:
                 spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION '{location}'")
+                _make_managed(spark, database, table)
             except Exception:  # noqa: BLE001 - a table being created or dropped right now
                 continue
     for database in known_dbs:
@@ -123,6 +124,32 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
             key = f"{database}.{row.tableName}".lower()
             if key not in on_disk and _table_location_gone(spark, database, row.tableName):
                 jcatalog.dropTable(_table_identifier(spark, database, row.tableName), True, False)
+
+
+def _make_managed(spark, database: str, table: str) -> None:
+    """Turn a table registered over an existing location into a managed one.
+
+    ``CREATE TABLE ... LOCATION`` registers an *external* table, whose ``DROP TABLE`` would
+    keep its files, so the name could not be created again.  Tables under the warehouse are
+    managed (the application that created them made them so); re-register them as such.
+    Relies on Spark's internal ``CatalogTable``; when that fails the table stays external.
+    """
+    jvm = spark._jvm
+    jcatalog = spark._jsparkSession.sessionState().catalog()
+    ident = _table_identifier(spark, database, table)
+    meta = jcatalog.getTableMetadata(ident)
+    if meta.tableType().name() == "MANAGED":
+        return
+    args = []
+    while len(args) < 64:  # py4j answers every attribute name: probe defaults by calling them
+        try:
+            args.append(getattr(meta, f"copy$default${len(args) + 1}")())
+        except Exception:  # noqa: BLE001 - no such default: all parameters found
+            break
+    args[1] = jvm.org.apache.spark.sql.catalyst.catalog.CatalogTableType.MANAGED()
+    managed = meta.copy(*args)
+    jcatalog.externalCatalog().dropTable(database, table, True, False)  # external: keeps the files
+    jcatalog.createTable(managed, False, False)
 
 
 def _table_location_gone(spark, database: str, table: str) -> bool:

@@ -63,7 +63,18 @@ def build_session(config: TrickleConfig, warehouse: str):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _quiet_query_errors(spark)
     return spark
+
+
+def _quiet_query_errors(spark) -> None:
+    """Spark logs every failed query's stack trace; airflow_trickle reports errors itself."""
+    try:
+        jvm = spark._jvm
+        level = jvm.org.apache.logging.log4j.Level.OFF
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("SQLQueryContextLogger", level)
+    except Exception:  # noqa: BLE001 - logging is cosmetic
+        pass
 
 
 def default_warehouse(spark) -> str:
@@ -153,12 +164,14 @@ def _make_managed(spark, database: str, table: str) -> None:
 
 
 def _table_location_gone(spark, database: str, table: str) -> bool:
+    """True for a Delta table whose log another application removed (it was dropped there)."""
     try:
         meta = spark._jsparkSession.sessionState().catalog().getTableMetadata(_table_identifier(spark, database, table))
+        provider = meta.provider().get() if meta.provider().isDefined() else ""
         location = _local_path(meta.location().toString())
     except Exception:  # noqa: BLE001
         return False
-    return bool(location) and not os.path.isdir(os.path.join(location, "_delta_log"))
+    return provider.lower() == "delta" and bool(location) and not os.path.isdir(os.path.join(location, "_delta_log"))
 
 
 def _table_identifier(spark, database: str, table: str):

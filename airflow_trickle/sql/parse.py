@@ -64,8 +64,8 @@ def table_name(node: exp.Table, *, database: str = DEFAULT_DATABASE) -> str:
 
 
 def source_names(query: exp.Expression, *, database: str = DEFAULT_DATABASE) -> list[str]:
-    """Distinct qualified names of the stored tables ``query`` reads, in first-use order."""
-    return list(dict.fromkeys(table_name(t, database=database) for t in source_tables(query)))
+    """Distinct qualified names of the stored tables ``query`` reads, sorted."""
+    return sorted({table_name(t, database=database) for t in source_tables(query)})
 
 
 def nondeterministic_calls(query: exp.Expression) -> list[str]:

@@ -1,0 +1,178 @@
+"""The ``trickle`` command line: the Python API's verbs, for shells and scripts.
+
+    trickle --warehouse DIR create shop.totals --query "SELECT ..." --schedule 5m
+    trickle --warehouse DIR refresh shop.totals --mode FULL
+    trickle --warehouse DIR status --json
+
+``--warehouse`` defaults to ``$TRICKLE_WAREHOUSE``.  Output is a table for people, JSON with
+``--json``.  Errors print one line naming the stream table and the cause, and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict, is_dataclass
+from datetime import datetime
+
+from airflow_trickle.errors import TrickleError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trickle", description="Stream tables for the lakehouse.")
+    parser.add_argument("--warehouse", default=os.environ.get("TRICKLE_WAREHOUSE"),
+                        help="warehouse directory (default: $TRICKLE_WAREHOUSE)")
+    parser.add_argument("--master", default=None, help="Spark master (default: local[*])")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of a table")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    add_verb = verbs.add_parser
+
+    def verb(name: str, **kwargs):
+        return add_verb(name, parents=[common], **kwargs)
+
+    verbs.add_parser = verb
+
+    create = verbs.add_parser("create", help="create a stream table")
+    create.add_argument("name")
+    source = create.add_mutually_exclusive_group(required=True)
+    source.add_argument("--query", help="the defining query")
+    source.add_argument("--query-file", help="file holding the defining query")
+    create.add_argument("--schedule", default=None, help="duration (30s, 5m, 1h30m) or cron; 'none' = CALCULATED")
+    create.add_argument("--mode", default=None, help="DIFFERENTIAL (default), FULL or AUTO")
+    create.add_argument("--no-initialize", action="store_true", help="create empty; populate on first refresh")
+
+    drop = verbs.add_parser("drop", help="drop a stream table")
+    drop.add_argument("name")
+    drop.add_argument("--if-exists", action="store_true")
+    drop.add_argument("--cascade", action="store_true", help="also drop stream tables that read it")
+
+    refresh = verbs.add_parser("refresh", help="refresh a stream table now")
+    refresh.add_argument("name")
+    refresh.add_argument("--mode", default=None, help="AUTO (default), FULL, DIFFERENTIAL or REINITIALIZE")
+
+    status = verbs.add_parser("status", help="summary of stream tables")
+    status.add_argument("name", nargs="?")
+
+    alter = verbs.add_parser("alter", help="change schedule, refresh mode or status")
+    alter.add_argument("name")
+    alter.add_argument("--schedule")
+    alter.add_argument("--mode")
+    alter.add_argument("--status", help="ACTIVE or SUSPENDED")
+
+    history = verbs.add_parser("history", help="refresh history")
+    history.add_argument("name", nargs="?")
+    history.add_argument("--limit", type=int, default=20)
+
+    explain = verbs.add_parser("explain", help="operator tree and delta SQL of a stream table")
+    explain.add_argument("name")
+
+    sql = verbs.add_parser("sql", help="run Spark SQL in the warehouse (e.g. to create sources)")
+    sql.add_argument("statement")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.warehouse:
+        print("trickle: no warehouse: pass --warehouse DIR or set TRICKLE_WAREHOUSE", file=sys.stderr)
+        return 2
+    try:
+        return _run(args)
+    except TrickleError as err:
+        print(f"trickle: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    from airflow_trickle.api import Trickle
+
+    settings = {"spark_master": args.master} if args.master else {}
+    tr = Trickle(warehouse=args.warehouse, **settings)
+    if args.verb == "create":
+        query = args.query if args.query is not None else open(args.query_file, encoding="utf-8").read()
+        kwargs = {}
+        if args.schedule is not None:
+            kwargs["schedule"] = None if args.schedule.lower() in ("none", "") else args.schedule
+        st = tr.create_stream_table(args.name, query, refresh_mode=args.mode, initialize=not args.no_initialize, **kwargs)
+        _emit(args, tr.status(st.name))
+    elif args.verb == "drop":
+        tr.drop_stream_table(args.name, if_exists=args.if_exists, cascade=args.cascade)
+        _emit(args, [{"dropped": args.name}])
+    elif args.verb == "refresh":
+        _emit(args, [asdict(tr.refresh_stream_table(args.name, mode=args.mode))],
+              columns=["name", "action", "status", "rows_inserted", "rows_deleted", "duration_ms", "reason"])
+    elif args.verb == "status":
+        _emit(args, tr.status(args.name),
+              columns=["name", "status", "effective_mode", "schedule", "is_populated", "staleness_s",
+                       "consecutive_errors", "frontier"])
+    elif args.verb == "alter":
+        kwargs = {}
+        if args.schedule is not None:
+            kwargs["schedule"] = None if args.schedule.lower() == "none" else args.schedule
+        if args.mode is not None:
+            kwargs["refresh_mode"] = args.mode
+        if args.status is not None:
+            kwargs["status"] = args.status
+        tr.alter_stream_table(args.name, **kwargs)
+        _emit(args, tr.status(args.name))
+    elif args.verb == "history":
+        _emit(args, [asdict(r) for r in tr.history(args.name, args.limit)],
+              columns=["st_name", "action", "status", "rows_inserted", "rows_deleted", "duration_ms",
+                       "start_time", "initiated_by", "reason", "error_message"])
+    elif args.verb == "explain":
+        explanation = tr.explain(args.name)
+        if args.json:
+            print(json.dumps(explanation, indent=2, default=str))
+        else:
+            print(explanation["text"])
+    elif args.verb == "sql":
+        frame = tr.sql(args.statement)
+        rows = [row.asDict(recursive=True) for row in frame.limit(1000).collect()] if frame.columns else []
+        _emit(args, rows, columns=frame.columns or None)
+    return 0
+
+
+def _emit(args, rows: list[dict], columns: list[str] | None = None) -> None:
+    if args.json:
+        print(json.dumps(rows, indent=2, default=_jsonable))
+        return
+    print(format_table(rows, columns))
+
+
+def _jsonable(value):
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if is_dataclass(value):
+        return asdict(value)
+    return str(value)
+
+
+def format_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A plain text table, one row per dict, for people reading a terminal."""
+    if not rows:
+        return "(no rows)"
+    columns = columns or list(rows[0].keys())
+    cells = [[_cell(row.get(col)) for col in columns] for row in rows]
+    widths = [max(len(col), *(len(r[i]) for r in cells)) for i, col in enumerate(columns)]
+    line = "  ".join(col.ljust(w) for col, w in zip(columns, widths))
+    rule = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    return "\n".join([line, rule, *body])
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+if __name__ == "__main__":
+    sys.exit(main())

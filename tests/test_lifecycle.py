@@ -1,0 +1,273 @@
+"""Create / refresh FULL / drop on real Spark + Delta, and the bad inputs of a definition."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from airflow_trickle.catalog import CatalogStore
+from airflow_trickle.errors import (
+    AlreadyExistsError,
+    CycleError,
+    DefinitionError,
+    InvalidQueryError,
+    InvalidRefreshModeError,
+    InvalidScheduleError,
+    RefreshError,
+    StreamTableNotFoundError,
+    UnknownSourceError,
+    UnsupportedConstructError,
+)
+from tests.conftest import rows, visible
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def orders(tr, db, values="(1, 1, 10), (2, 1, 20), (3, 2, 30), (4, NULL, 5), (4, NULL, 5)"):
+    tr.sql(f"CREATE TABLE {db}.orders (id INT, cid INT, amount INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.orders VALUES {values}")
+    return f"{db}.orders"
+
+
+def expected(tr, query):
+    return rows(tr.sql(query))
+
+
+def test_create_populates_and_full_refresh_follows_changes(tr, db):
+    orders(tr, db)
+    query = f"SELECT id, cid, amount * 2 AS doubled FROM {db}.orders WHERE amount >= 5"
+    st = tr.create_stream_table(f"{db}.big", query, refresh_mode="FULL", schedule="5m")
+    assert st.is_populated and st.status == "ACTIVE" and st.schedule == "5m"
+    assert visible(tr, f"{db}.big") == expected(tr, query)
+    assert st.frontier == {f"{db}.orders": 1}
+
+    tr.sql(f"UPDATE {db}.orders SET amount = 99 WHERE id = 1")
+    tr.sql(f"DELETE FROM {db}.orders WHERE id = 3")
+    tr.sql(f"INSERT INTO {db}.orders VALUES (5, 3, 50), (4, NULL, 5)")
+    result = tr.refresh_stream_table(f"{db}.big")
+    assert result.action == "FULL" and result.status == "COMPLETED"
+    assert (result.rows_inserted, result.rows_deleted) == (3, 2)
+    assert visible(tr, f"{db}.big") == expected(tr, query)
+    assert tr.get(f"{db}.big").frontier == {f"{db}.orders": 4}
+    actions = [h.action for h in tr.history(f"{db}.big")]
+    assert actions == ["FULL", "FULL"]
+
+
+def test_no_data_when_no_source_has_a_new_version(tr, db):
+    orders(tr, db)
+    tr.create_stream_table(f"{db}.st", f"SELECT * FROM {db}.orders", refresh_mode="FULL")
+    result = tr.refresh_stream_table(f"{db}.st")
+    assert result.action == "NO_DATA" and result.rows_inserted == 0
+    tr.sql(f"INSERT INTO {db}.orders VALUES (9, 9, 9)")
+    assert tr.refresh_stream_table(f"{db}.st").action == "FULL"
+    assert tr.refresh_stream_table(f"{db}.st").action == "NO_DATA"
+    forced = tr.refresh_stream_table(f"{db}.st", mode="FULL")
+    assert forced.action == "FULL" and forced.rows_inserted == 0 and forced.rows_deleted == 0
+
+
+def test_full_refresh_is_applied_as_a_diff(tr, db, spark):
+    tr.sql(f"CREATE TABLE {db}.events (id INT, kind STRING, value INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.events SELECT CAST(id AS INT), CAST(id % 7 AS STRING), CAST(id * 3 AS INT) FROM range(1000)")
+    tr.create_stream_table(f"{db}.copy", f"SELECT id, kind, value FROM {db}.events", refresh_mode="FULL")
+    tr.sql(f"UPDATE {db}.events SET value = -1 WHERE id = 500")
+    result = tr.refresh_stream_table(f"{db}.copy")
+    changes = spark.sql(
+        f"SELECT id, value, _change_type FROM table_changes('{db}.copy', {result.table_version}, {result.table_version})"
+    ).collect()
+    assert sorted((r.id, r.value, r._change_type) for r in changes) == [(500, -1, "insert"), (500, 1500, "delete")]
+
+
+def test_duplicates_and_nulls_keep_their_multiplicity(tr, db):
+    tr.sql(f"CREATE TABLE {db}.src (id INT, a INT, b STRING) USING delta")
+    tr.sql(f"INSERT INTO {db}.src VALUES (1, 1, NULL), (2, NULL, '1'), (3, 1, NULL), (4, 1, NULL), (5, NULL, NULL)")
+    query = f"SELECT a, b FROM {db}.src"
+    tr.create_stream_table(f"{db}.ab", query, refresh_mode="FULL")
+    assert visible(tr, f"{db}.ab") == expected(tr, query)
+    assert visible(tr, f"{db}.ab").count((1, None)) == 3
+    tr.sql(f"DELETE FROM {db}.src WHERE id IN (3, 5)")
+    tr.sql(f"INSERT INTO {db}.src VALUES (6, NULL, '1')")
+    tr.refresh_stream_table(f"{db}.ab")
+    assert visible(tr, f"{db}.ab") == expected(tr, query)
+    assert visible(tr, f"{db}.ab").count((1, None)) == 2
+
+
+def test_stream_table_over_stream_table_hides_the_hidden_columns(tr, db):
+    orders(tr, db)
+    tr.create_stream_table(f"{db}.a", f"SELECT * FROM {db}.orders WHERE amount > 5", refresh_mode="FULL")
+    b = tr.create_stream_table(f"{db}.b", f"SELECT * FROM {db}.a", refresh_mode="FULL")
+    assert b.output_columns == ["id", "cid", "amount"]
+    assert tr.catalog.dependencies(f"{db}.b")[0].source_type == "STREAM_TABLE"
+    tr.sql(f"INSERT INTO {db}.orders VALUES (7, 7, 70)")
+    tr.refresh_stream_table(f"{db}.a")
+    assert tr.refresh_stream_table(f"{db}.b").action == "FULL"
+    assert visible(tr, f"{db}.b") == expected(tr, f"SELECT * FROM {db}.orders WHERE amount > 5")
+
+
+def assert_nothing_created(tr, name):
+    assert not tr.spark.catalog.tableExists(name)
+    assert tr.catalog.get(name) is None
+    assert tr.catalog.dependencies(name) == []
+
+
+@pytest.mark.parametrize("query,mode,schedule,error,words", [
+    ("SELECT id FROM {db}.orders WHERE", "FULL", "1m", InvalidQueryError, "does not parse"),
+    ("SELECT nope FROM {db}.orders", "FULL", "1m", InvalidQueryError, "does not analyse"),
+    ("SELECT * FROM {db}.missing", "FULL", "1m", UnknownSourceError, "unknown table '{db}.missing'"),
+    ("SELECT * FROM {db}.orders", "SOMETIMES", "1m", InvalidRefreshModeError, "invalid refresh mode"),
+    ("SELECT * FROM {db}.orders", "FULL", "every 5 minutes", InvalidScheduleError, "invalid schedule"),
+    ("SELECT * FROM {db}.target", "FULL", "1m", CycleError, "reads the stream table itself"),
+    ("SELECT id, rand() AS r FROM {db}.orders", "DIFFERENTIAL", "1m", UnsupportedConstructError, "rand()"),
+    ("SELECT o.id, p.id FROM {db}.orders o JOIN {db}.orders p ON o.id = p.id", "FULL", "1m", InvalidQueryError, "unique"),
+    ("SELECT count(*) FROM {db}.orders", "FULL", "1m", InvalidQueryError, "alias"),
+    ("SELECT * FROM {db}.plain", "FULL", "1m", UnknownSourceError, "not a Delta table"),
+])
+def test_bad_definitions_raise_naming_the_table_and_create_nothing(tr, db, query, mode, schedule, error, words):
+    orders(tr, db)
+    tr.sql(f"CREATE TABLE {db}.plain (id INT) USING parquet")
+    name = f"{db}.target"
+    with pytest.raises(error) as raised:
+        tr.create_stream_table(name, query.format(db=db), refresh_mode=mode, schedule=schedule)
+    assert f"stream table '{name}'" in str(raised.value)
+    assert words.format(db=db) in str(raised.value)
+    assert_nothing_created(tr, name)
+
+
+def test_existing_names_are_refused(tr, db):
+    orders(tr, db)
+    tr.create_stream_table(f"{db}.st", f"SELECT * FROM {db}.orders", refresh_mode="FULL")
+    with pytest.raises(AlreadyExistsError, match="stream table of this name"):
+        tr.create_stream_table(f"{db}.st", f"SELECT id FROM {db}.orders", refresh_mode="FULL")
+    with pytest.raises(AlreadyExistsError, match="a table of this name"):
+        tr.create_stream_table(f"{db}.orders", f"SELECT id FROM {db}.st", refresh_mode="FULL")
+    assert visible(tr, f"{db}.st") == expected(tr, f"SELECT * FROM {db}.orders")
+
+
+def test_failed_initialization_leaves_nothing(tr, db):
+    orders(tr, db)
+    name = f"{db}.broken"
+    with pytest.raises(RefreshError) as raised:
+        tr.create_stream_table(name, f"SELECT id, amount DIV (amount - amount) AS q FROM {db}.orders", refresh_mode="FULL")
+    assert f"stream table '{name}'" in str(raised.value)
+    assert_nothing_created(tr, name)
+
+
+def test_drop_refuses_dependents_unless_cascade(tr, db):
+    orders(tr, db)
+    tr.create_stream_table(f"{db}.a", f"SELECT * FROM {db}.orders", refresh_mode="FULL")
+    tr.create_stream_table(f"{db}.b", f"SELECT id FROM {db}.a", refresh_mode="FULL")
+    with pytest.raises(DefinitionError, match=f"{db}.b"):
+        tr.drop_stream_table(f"{db}.a")
+    tr.drop_stream_table(f"{db}.a", cascade=True)
+    assert_nothing_created(tr, f"{db}.a")
+    assert_nothing_created(tr, f"{db}.b")
+    assert not os.path.exists(os.path.join(tr.warehouse, f"{db}.db", "a"))
+    with pytest.raises(StreamTableNotFoundError):
+        tr.drop_stream_table(f"{db}.a")
+    tr.drop_stream_table(f"{db}.a", if_exists=True)
+    # the name is free again
+    tr.create_stream_table(f"{db}.a", f"SELECT id FROM {db}.orders", refresh_mode="FULL")
+
+
+def test_alter_schedule_mode_and_status(tr, db):
+    orders(tr, db)
+    name = f"{db}.st"
+    tr.create_stream_table(name, f"SELECT * FROM {db}.orders", refresh_mode="FULL")
+    assert tr.alter_stream_table(name, schedule="*/10 * * * *").schedule == "*/10 * * * *"
+    with pytest.raises(InvalidScheduleError, match=name):
+        tr.alter_stream_table(name, schedule="soon")
+    assert tr.alter_stream_table(name, status="SUSPENDED").status == "SUSPENDED"
+    tr.sql(f"INSERT INTO {db}.orders VALUES (8, 8, 8)")
+    skipped = tr.refresh_stream_table(name)
+    assert skipped.action == "SKIP" and "SUSPENDED" in skipped.reason
+    assert tr.alter_stream_table(name, status="ACTIVE").status == "ACTIVE"
+    assert tr.refresh_stream_table(name).action == "FULL"
+    with pytest.raises(InvalidRefreshModeError):
+        tr.alter_stream_table(name, status="PAUSED")
+
+
+def test_a_crash_after_the_data_commit_is_recovered_without_double_apply(tr, db, monkeypatch):
+    orders(tr, db)
+    name = f"{db}.st"
+    query = f"SELECT cid, amount FROM {db}.orders"
+    tr.create_stream_table(name, query, refresh_mode="FULL")
+    tr.sql(f"INSERT INTO {db}.orders VALUES (10, 1, 1)")
+
+    real_update = CatalogStore.update
+
+    def crash_on_frontier_update(self, st_name, change):
+        raise OSError("killed between the data commit and the catalog update")
+
+    monkeypatch.setattr(CatalogStore, "update", crash_on_frontier_update)
+    with pytest.raises(RefreshError):
+        tr.refresh_stream_table(name)
+    monkeypatch.setattr(CatalogStore, "update", real_update)
+    assert tr.get(name).frontier == {f"{db}.orders": 1}  # the catalog is behind the data
+
+    result = tr.refresh_stream_table(name)
+    assert result.action == "NO_DATA" and "recovered frontier" in result.reason
+    assert tr.get(name).frontier == {f"{db}.orders": 2}
+    assert visible(tr, name) == expected(tr, query)
+
+
+def test_error_count_and_suspension(tr, db):
+    orders(tr, db)
+    name = f"{db}.fragile"
+    tr.create_stream_table(name, f"SELECT id, amount DIV cid AS q FROM {db}.orders WHERE cid IS NOT NULL", refresh_mode="FULL")
+    tr.sql(f"INSERT INTO {db}.orders VALUES (20, 0, 1)")
+    for attempt in range(1, 4):
+        with pytest.raises(RefreshError, match=name):
+            tr.refresh_stream_table(name)
+        assert tr.get(name).consecutive_errors == attempt
+    assert tr.get(name).status == "ERROR"
+    assert tr.refresh_stream_table(name).action == "SKIP"
+    failed = [h for h in tr.history(name) if h.status == "FAILED"]
+    assert len(failed) == 3 and "DIVIDE_BY_ZERO" in failed[0].error_message.upper().replace(" ", "_")
+
+
+def run_cli(*args, warehouse, check=True):
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.run([sys.executable, "-m", "airflow_trickle.cli", "--warehouse", warehouse, "--master", "local[1]", *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_cli_create_status_refresh_and_errors(tr, db, warehouse):
+    orders(tr, db)
+    proc = run_cli("create", f"{db}.cli_st", "--query", f"SELECT id, amount FROM {db}.orders", "--mode", "FULL",
+                   "--schedule", "2m", "--json", warehouse=warehouse)
+    status = json.loads(proc.stdout)
+    assert status[0]["name"] == f"{db}.cli_st" and status[0]["is_populated"] and status[0]["schedule"] == "2m"
+    assert visible(tr, f"{db}.cli_st") == expected(tr, f"SELECT id, amount FROM {db}.orders")
+    bad = run_cli("create", f"{db}.cli_bad", "--query", "SELECT FROM WHERE", warehouse=warehouse, check=False)
+    assert bad.returncode == 2 and f"stream table '{db}.cli_bad'" in bad.stderr and "does not parse" in bad.stderr
+
+
+def test_two_refresh_jobs_in_two_processes_at_once(tr, db, warehouse):
+    for side in ("a", "b"):
+        tr.sql(f"CREATE TABLE {db}.src_{side} (id INT, cid INT, amount INT) USING delta")
+        tr.sql(f"INSERT INTO {db}.src_{side} VALUES (1, 1, 1)")
+        tr.create_stream_table(f"{db}.st_{side}", f"SELECT cid, sum(amount) AS total FROM {db}.src_{side} GROUP BY cid",
+                               refresh_mode="FULL")
+    env = {**os.environ, "PYTHONPATH": REPO}
+    workers = [subprocess.Popen([sys.executable, "-m", "tests.helpers.worker", warehouse, f"{db}.src_{side}",
+                                 f"{db}.st_{side}", "3"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for side in ("a", "b")]
+    outputs = [w.communicate(timeout=600) for w in workers]
+    for worker, (out, err) in zip(workers, outputs):
+        assert worker.returncode == 0, err[-3000:]
+        assert out.count("FULL COMPLETED") == 3, out
+    for side in ("a", "b"):
+        name = f"{db}.st_{side}"
+        assert visible(tr, name) == expected(tr, f"SELECT cid, sum(amount) AS total FROM {db}.src_{side} GROUP BY cid")
+        assert len([h for h in tr.history(name) if h.action == "FULL" and h.status == "COMPLETED"]) == 4
+
+
+def test_tables_made_by_another_application_are_visible_by_name(tr, db, warehouse):
+    run_cli("sql", f"CREATE TABLE {db}.made_elsewhere (x INT) USING delta", warehouse=warehouse)
+    run_cli("sql", f"INSERT INTO {db}.made_elsewhere VALUES (42)", warehouse=warehouse)
+    assert rows(tr.sql(f"SELECT * FROM {db}.made_elsewhere")) == [(42,)]

@@ -99,10 +99,17 @@ class Trickle:
                              refresh_mode=refresh_mode or self.config.default_refresh_mode,
                              stream_tables=registered, edges=edges)
         st = _stream_table_row(definition, options or {})
+        if st.effective_mode == "DIFFERENTIAL":
+            from airflow_trickle.dvm.apply import storage_layout
+
+            columns = {s.name: [c for c, _ in s.columns] for s in definition.sources.values()}
+            st.storage = {**st.storage, **storage_layout(self.spark, st.defining_query, columns, {})}
+        st.storage["columns"] = definition.output_columns
+        cdc_modes = self._prepare_change_feeds(definition)
         create_storage_table(self.spark, st.name, definition.output_columns, st.storage)
         try:
             st.location = table_location(self.spark, st.name)
-            self.catalog.insert(st, [_dependency_row(definition, source, self._location(source))
+            self.catalog.insert(st, [_dependency_row(definition, source, self._location(source), cdc_modes[source.name])
                                      for source in definition.sources.values()])
             if initialize:
                 refresh_stream_table(self, st.name, initiated_by="INITIAL")
@@ -111,6 +118,30 @@ class Trickle:
             drop_storage_table(self.spark, st.name)
             raise
         return self.get(st.name)
+
+    def _prepare_change_feeds(self, definition: Definition) -> dict[str, str]:
+        """How each source's changes will be read; turns Change Data Feed on where allowed.
+
+        With ``cdc_mode = auto`` (default) or ``cdf``, a base table without CDF gets
+        ``delta.enableChangeDataFeed = true`` (its later changes are then read from the feed);
+        with ``snapshot``, changes are the difference of two versions.  Stream tables always
+        have CDF.
+        """
+        from airflow_trickle.names import quote_name
+        from airflow_trickle.spark.delta import table_properties
+
+        modes = {}
+        for source in definition.sources.values():
+            if source.kind == "STREAM_TABLE":
+                modes[source.name] = "cdf"
+                continue
+            if self.config.cdc_mode == "snapshot" or definition.effective_mode == "FULL":
+                modes[source.name] = "snapshot"
+                continue
+            if table_properties(self.spark, source.name).get("delta.enableChangeDataFeed", "false").lower() != "true":
+                self.spark.sql(f"ALTER TABLE {quote_name(source.name)} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+            modes[source.name] = "cdf"
+        return modes
 
     def _location(self, source) -> str:
         if source.kind == "STREAM_TABLE":
@@ -249,7 +280,7 @@ def _stream_table_row(definition: Definition, options: dict) -> StreamTable:
     )
 
 
-def _dependency_row(definition: Definition, source, location: str) -> Dependency:
+def _dependency_row(definition: Definition, source, location: str, cdc_mode: str) -> Dependency:
     return Dependency(st_name=definition.name, source_name=source.name, source_type=source.kind,
                       source_location=location, columns_used=definition.columns_used.get(source.name),
-                      cdc_mode="snapshot", schema_fingerprint=source.fingerprint)
+                      cdc_mode=cdc_mode, schema_fingerprint=source.fingerprint)

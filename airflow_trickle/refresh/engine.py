@@ -128,23 +128,29 @@ def choose_action(st: StreamTable, current: dict[str, int], requested: str | Non
 def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[str, int], *,
                   refresh_id: str, data_timestamp) -> dict:
     """Compute and commit the change for ``action``; then record the new state in the catalog."""
+    from airflow_trickle.dvm import differential_merge
+
     seq = st.refresh_seq + 1
     reason = None
+    merge_sql = None
     if action == "DIFFERENTIAL":
-        from airflow_trickle.dvm.apply import differential_merge
-
         merge_sql, fallback = differential_merge(env, st, current)
         if merge_sql is None:
             action, reason = "FULL", fallback
-    if action in ("FULL", "REINITIALIZE"):
-        if action == "REINITIALIZE":
-            _reinitialize_storage(env, st)
-        merge_sql = full_merge_sql(st.name, numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns),
-                                   st.output_columns + [c for c, _ in st.storage.get("state", [])])
+    if action == "REINITIALIZE":
+        _reinitialize_storage(env, st)
     metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
-    with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
-        metrics = env.spark.sql(merge_sql).first()
+    try:
+        with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
+            metrics = env.spark.sql(merge_sql or full_refresh_sql(env, st, current)).first()
+    except Exception as err:  # noqa: BLE001 - only an unreadable change feed is recovered here
+        if merge_sql is None or not _change_feed_unavailable(err):
+            raise
+        action, reason = "FULL", f"change feed unavailable ({_short(err)[:200]}); recomputed"
+        metadata["action"] = action
+        with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
+            metrics = env.spark.sql(full_refresh_sql(env, st, current)).first()
     updated = int(metrics["num_updated_rows"] or 0)
     inserted = int(metrics["num_inserted_rows"] or 0) + updated
     deleted = int(metrics["num_deleted_rows"] or 0) + updated
@@ -158,6 +164,25 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
     env.catalog.update(st.name, record)
     return {"action": action, "reason": reason, "rows_inserted": inserted, "rows_deleted": deleted, "seq": seq,
             "frontier": current, "table_version": table_version}
+
+
+def full_refresh_sql(env: Environment, st: StreamTable, current: dict[str, int]) -> str:
+    """The MERGE of a FULL refresh: recompute at ``current``, apply only the difference."""
+    from airflow_trickle.dvm import full_source
+
+    source = full_source(env, st, current)
+    if source is None:
+        source = numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns)
+    return full_merge_sql(st.name, source, st.output_columns + [c for c, _ in st.storage.get("state", [])])
+
+
+def _change_feed_unavailable(err: Exception) -> bool:
+    text = str(err)
+    return any(marker in text for marker in (
+        "DELTA_MISSING_CHANGE_DATA", "DELTA_CHANGE_DATA_FEED", "CHANGE_DATA_FEED", "change data",
+        "FileNotFoundException", "DELTA_FILE_NOT_FOUND", "FILE_NOT_FOUND", "DELTA_VERSIONS_NOT_CONTIGUOUS",
+        "cdc", "readChangeFeed",
+    ))
 
 
 def pinned_query_sql(env: Environment, st: StreamTable, versions: dict[str, int]) -> str:

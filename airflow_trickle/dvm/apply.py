@@ -1,0 +1,244 @@
+"""Apply a delta to a storage table with one MERGE, and choose how a stream table is stored.
+
+Three ways to apply, chosen by the top operator of the plan:
+
+* **bag** (no aggregation at the top): the delta is consolidated per row content; a row whose
+  count goes from n to n+k gets copies ``n+1..n+k`` inserted, from n to n−k loses copies
+  ``n−k+1..n``.  Row identity is the content hash plus the copy number.
+* **keyed / algebraic** (GROUP BY with COUNT, SUM, AVG over exact numbers, no HAVING): the
+  hidden state of each affected group (row count, sums, non-NULL counts) is read from the
+  storage table and advanced by the delta: new = old + Σ Δ.  Cost follows the delta.
+* **keyed / recompute** (any other aggregate, HAVING, floating-point sums): the affected groups
+  K are recomputed from the sources at the new version and replace their stored rows.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from airflow_trickle.dvm.plan import ALGEBRAIC, W, Block, Node, Unsupported, Versions, group_hash, plan
+from airflow_trickle.names import quote_name
+from airflow_trickle.sql.parse import DIALECT
+from airflow_trickle.sql.rewrite import row_hash_sql
+from airflow_trickle.storage import DUP, ROW_ID
+
+COUNT = "__trickle_count"
+_EXACT = ("tinyint", "smallint", "int", "bigint", "decimal")
+
+
+# -- layout ------------------------------------------------------------------------------------
+
+def _aggregate_state(block: Block) -> list[tuple[str, str, str]] | None:
+    """State columns ``(name, aggregate SQL, role)`` for algebraic maintenance, or None."""
+    if block.template.args.get("having") is not None:
+        return None
+    state = [(COUNT, "COUNT(*)", "count")]
+    for i, agg in enumerate(block.aggregates):
+        name = agg.sql_name().lower() if not isinstance(agg, exp.Anonymous) else agg.name.lower()
+        if name not in ALGEBRAIC or agg.find(exp.Distinct) or isinstance(agg.parent, exp.Filter):
+            return None
+        arg = agg.this
+        if name == "count" and (arg is None or isinstance(arg, exp.Star)):
+            continue
+        if arg is None or len(agg.expressions) > 0:
+            return None
+        state.append((f"__trickle_n{i}", f"COUNT({arg.sql(DIALECT)})", "n"))
+        if name in ("sum", "avg"):
+            state.append((f"__trickle_s{i}", f"SUM({arg.sql(DIALECT)})", "s"))
+    return state
+
+
+def storage_layout(spark, defining_query: str, columns: dict[str, list[str]], current: dict[str, int]) -> dict:
+    """How a DIFFERENTIAL stream table is stored: identity, strategy and hidden state columns."""
+    node = plan(defining_query, columns)
+    if not (isinstance(node, Block) and node.is_aggregate):
+        return {"identity": "bag", "strategy": "bag", "state": []}
+    versions = Versions(old=current, new=current, columns=columns)
+    state = _aggregate_state(node)
+    if state is not None:
+        probe = keyed_full_sql(node, versions, state_exprs=[(n, e) for n, e, _ in state])
+        types = {f.name: f.dataType.simpleString() for f in spark.sql(probe).schema.fields}
+        if all(types[n].startswith(_EXACT) for n, _, role in state if role == "s"):
+            return {"identity": "keyed", "strategy": "algebraic",
+                    "state": [(n, types[n]) for n, _, _ in state],
+                    "state_exprs": [(n, e) for n, e, _ in state]}
+    return {"identity": "keyed", "strategy": "recompute", "state": []}
+
+
+def keyed_full_sql(block: Block, versions: Versions, state_exprs: list[tuple[str, str]] | None = None,
+                   which: str = "new") -> str:
+    """The aggregate block at ``which`` version with its identity (and state) columns."""
+    select = block.template.copy()
+    select.append("expressions", exp.maybe_parse(block.group_hash_sql(), dialect=DIALECT).as_(ROW_ID))
+    select.append("expressions", exp.maybe_parse("CAST(1 AS INT)", dialect=DIALECT).as_(DUP))
+    for name, sql in state_exprs or []:
+        select.append("expressions", exp.maybe_parse(sql, dialect=DIALECT).as_(name))
+    return block.render(select, [n.state_sql(versions, which) for _, n in block.items])
+
+
+def full_source_sql(st, versions: Versions, columns: dict[str, list[str]]) -> str:
+    """Rows (with identity and state) of a keyed stream table at ``versions.new``, for FULL."""
+    block = plan(st.defining_query, columns)
+    return keyed_full_sql(block, versions, [tuple(x) for x in st.storage.get("state_exprs", [])])
+
+
+# -- differential ------------------------------------------------------------------------------
+
+def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]]) -> str:
+    """The one MERGE that applies the change of ``versions`` to stream table ``st``."""
+    node = plan(st.defining_query, columns)
+    strategy = st.storage.get("strategy", "bag")
+    visible = st.output_columns
+    if strategy == "bag":
+        return _bag_merge(st.name, visible, node.delta_sql(versions))
+    if not (isinstance(node, Block) and node.is_aggregate):
+        raise Unsupported("stored as keyed but the query has no aggregate at the top; REINITIALIZE it")
+    types = dict(st.storage.get("columns") or [])
+    if strategy == "algebraic":
+        return _algebraic_merge(st, node, versions, types)
+    return _recompute_merge(st, node, versions)
+
+
+def _bag_merge(target: str, columns: list[str], delta_sql: str) -> str:
+    cols = ", ".join(f"`{c}`" for c in columns)
+    consolidated = (f"SELECT {cols}, SUM({W}) AS {W} FROM ({delta_sql}) AS __d GROUP BY {cols} "
+                    f"HAVING SUM({W}) <> 0")
+    hashed = f"SELECT __c.*, {row_hash_sql(columns, qualifier='__c')} AS __rid FROM ({consolidated}) AS __c"
+    counts = (f"SELECT `{ROW_ID}` AS __rid, MAX(`{DUP}`) AS __n FROM {quote_name(target)} "
+              f"WHERE `{ROW_ID}` IN (SELECT __rid FROM ({hashed}) AS __h0) GROUP BY `{ROW_ID}`")
+    numbered = (f"SELECT __h.*, CAST(COALESCE(__k.__n, 0) AS BIGINT) AS __n FROM ({hashed}) AS __h "
+                f"LEFT JOIN ({counts}) AS __k ON __h.__rid = __k.__rid")
+    # +k copies: numbers n+1..n+k are inserted; −k copies: numbers n−k+1..n are deleted.
+    ops = (f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__dup AS INT) AS `{DUP}`, 'I' AS __op FROM ({numbered}) AS __x "
+           f"LATERAL VIEW explode(sequence(__n + 1, __n + {W})) AS __dup WHERE {W} > 0 "
+           f"UNION ALL "
+           f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__dup AS INT) AS `{DUP}`, 'D' AS __op FROM ({numbered}) AS __y "
+           f"LATERAL VIEW explode(sequence(__n + {W} + 1, __n)) AS __dup WHERE {W} < 0 AND __n > 0")
+    all_cols = columns + [ROW_ID, DUP]
+    return (f"MERGE INTO {quote_name(target)} AS t USING ({ops}) AS s "
+            f"ON t.`{ROW_ID}` = s.`{ROW_ID}` AND t.`{DUP}` = s.`{DUP}` "
+            f"WHEN MATCHED AND s.__op = 'D' THEN DELETE "
+            f"WHEN NOT MATCHED AND s.__op = 'I' THEN INSERT ({_list(all_cols)}) VALUES ({_list(all_cols, 's.')})")
+
+
+def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]) -> str:
+    state = [tuple(x) for x in st.storage["state"]]
+    state_types = dict(state)
+    group_names = [f"__trickle_g{j}" for j in range(len(block.group))]
+    agg_args = {}
+    for i, agg in enumerate(block.aggregates):
+        if agg.this is not None and not isinstance(agg.this, exp.Star):
+            agg_args[i] = agg.this
+    inputs = [g.copy().as_(n) for g, n in zip(block.group, group_names)]
+    inputs += [arg.copy().as_(f"__trickle_x{i}") for i, arg in agg_args.items()]
+    delta = block.input_delta_sql(versions, inputs)
+    # Per group: Δcount = Σw, Δn_i = Σ w·[x_i not null], Δs_i = Σ w·x_i
+    sums = [f"SUM({W}) AS __dc"]
+    for name, _ in state:
+        if name.startswith("__trickle_n"):
+            i = name[len("__trickle_n"):]
+            sums.append(f"SUM({W} * CASE WHEN __trickle_x{i} IS NULL THEN 0 ELSE 1 END) AS __dn{i}")
+        elif name.startswith("__trickle_s"):
+            i = name[len("__trickle_s"):]
+            sums.append(f"SUM({W} * __trickle_x{i}) AS __ds{i}")
+    group_cols = ", ".join(group_names)
+    per_group = (f"SELECT {group_cols + ', ' if group_cols else ''}{', '.join(sums)} FROM ({delta}) AS __d"
+                 + (f" GROUP BY {group_cols}" if group_cols else ""))
+    rid = group_hash(group_names)
+    # new state = stored state + Δ (a group not stored yet starts from zero)
+    advanced = []
+    for name, kind in state:
+        if name == COUNT:
+            change = "__dc"
+        elif name.startswith("__trickle_n"):
+            change = f"__dn{name[len('__trickle_n'):]}"
+        else:
+            change = f"__ds{name[len('__trickle_s'):]}"
+        advanced.append(f"CAST(COALESCE(t.`{name}`, 0) + COALESCE(d.{change}, 0) AS {kind}) AS `{name}`")
+    stored = f"SELECT * FROM {quote_name(st.name)} WHERE `{DUP}` = 1"
+    merged = (f"SELECT d.*, {rid} AS __rid, {', '.join(advanced)} FROM ({per_group}) AS d "
+              f"LEFT JOIN ({stored}) AS t ON t.`{ROW_ID}` = {group_hash(['d.' + g for g in group_names])}")
+    values = _aggregate_values(block, state_types)
+    visible = []
+    for column, projection in zip(st.output_columns, block.template.expressions):
+        expression = _over_state(projection.unalias(), block, group_names, values)
+        kind = types.get(column)
+        visible.append(f"CAST({expression} AS {kind}) AS `{column}`" if kind else f"{expression} AS `{column}`")
+    source = (f"SELECT {', '.join(visible)}, __rid AS `{ROW_ID}`, CAST(1 AS INT) AS `{DUP}`, "
+              f"{', '.join(f'`{n}`' for n, _ in state)} FROM ({merged}) AS __m")
+    all_cols = st.output_columns + [ROW_ID, DUP] + [n for n, _ in state]
+    scalar = not block.group
+    delete = "" if scalar else f"WHEN MATCHED AND s.`{COUNT}` = 0 THEN DELETE "
+    insert_when = "" if scalar else f"AND s.`{COUNT}` > 0 "
+    return (f"MERGE INTO {quote_name(st.name)} AS t USING ({source}) AS s "
+            f"ON t.`{ROW_ID}` = s.`{ROW_ID}` AND t.`{DUP}` = 1 "
+            f"{delete}"
+            f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.`{c}` = s.`{c}`' for c in all_cols)} "
+            f"WHEN NOT MATCHED {insert_when}THEN INSERT ({_list(all_cols)}) VALUES ({_list(all_cols, 's.')})")
+
+
+def _aggregate_values(block: Block, state_types: dict[str, str]) -> dict[int, str]:
+    """Each aggregate's value from the advanced state columns (as SQL over ``__m``)."""
+    values = {}
+    for i, agg in enumerate(block.aggregates):
+        name = agg.sql_name().lower()
+        if name == "count":
+            values[i] = f"`{COUNT}`" if agg.this is None or isinstance(agg.this, exp.Star) else f"`__trickle_n{i}`"
+        elif name == "sum":
+            values[i] = f"CASE WHEN `__trickle_n{i}` = 0 THEN NULL ELSE `__trickle_s{i}` END"
+        else:  # avg: Spark's AVG divides the sum by the count (as double, or decimal for decimals)
+            kind = state_types[f"__trickle_s{i}"]
+            if kind.startswith("decimal"):
+                ratio = f"`__trickle_s{i}` / CAST(`__trickle_n{i}` AS DECIMAL(20,0))"
+            else:
+                ratio = f"CAST(`__trickle_s{i}` AS DOUBLE) / CAST(`__trickle_n{i}` AS DOUBLE)"
+            values[i] = f"CASE WHEN `__trickle_n{i}` = 0 THEN NULL ELSE {ratio} END"
+    return values
+
+
+def _over_state(projection: exp.Expression, block: Block, group_names: list[str], values: dict[int, str]) -> str:
+    """A SELECT expression rewritten over group values and aggregate values."""
+    index = {agg: i for i, agg in enumerate(block.aggregates)}
+    groups = [(g, name) for g, name in zip(block.group, group_names)]
+
+    def swap(node):
+        if isinstance(node, exp.AggFunc):
+            for agg, i in index.items():
+                if node == agg:
+                    return exp.maybe_parse(f"({values[i]})", dialect=DIALECT)
+        for g, name in groups:
+            if node == g:
+                return exp.column(name)
+        return node
+
+    return projection.copy().transform(swap).sql(DIALECT)
+
+
+def _recompute_merge(st, block: Block, versions: Versions) -> str:
+    keys = block.affected_groups_sql(versions)
+    fresh = block.render(_with_identity(block.restricted(keys), block), [n.state_sql(versions, "new") for _, n in block.items])
+    if not block.group:  # a scalar aggregate: its one row is recomputed
+        keys = "SELECT xxhash64(0) AS __trickle_row_id"
+    source = (f"SELECT __k.__trickle_row_id AS __key, __n.* FROM ({keys}) AS __k "
+              f"LEFT JOIN ({fresh}) AS __n ON __k.__trickle_row_id = __n.`{ROW_ID}`")
+    cols = st.output_columns + [ROW_ID, DUP]
+    differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in st.output_columns)
+    return (f"MERGE INTO {quote_name(st.name)} AS t USING ({source}) AS s "
+            f"ON t.`{ROW_ID}` = s.__key AND t.`{DUP}` = 1 "
+            f"WHEN MATCHED AND s.`{ROW_ID}` IS NULL THEN DELETE "
+            f"WHEN MATCHED AND ({differs}) THEN UPDATE SET {', '.join(f't.`{c}` = s.`{c}`' for c in cols)} "
+            f"WHEN NOT MATCHED AND s.`{ROW_ID}` IS NOT NULL THEN INSERT ({_list(cols)}) VALUES ({_list(cols, 's.')})")
+
+
+def _with_identity(select: exp.Select, block: Block) -> exp.Select:
+    select = select.copy()
+    select.append("expressions", exp.maybe_parse(block.group_hash_sql(), dialect=DIALECT).as_(ROW_ID))
+    select.append("expressions", exp.maybe_parse("CAST(1 AS INT)", dialect=DIALECT).as_(DUP))
+    return select
+
+
+def _list(columns: list[str], prefix: str = "") -> str:
+    return ", ".join(f"{prefix}`{c}`" for c in columns)
+
+
+def explain_node(node: Node) -> list[str]:
+    return node.explain()

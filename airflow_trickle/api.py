@@ -255,6 +255,16 @@ class Trickle:
     def history(self, name: str | None = None, limit: int = 20) -> list[RefreshRecord]:
         return self.catalog.history(qualify_name(name) if name else None, limit)
 
+    def explain(self, name: str) -> dict:
+        """The operator tree, the strategy per operator and the delta SQL of a stream table.
+
+        For a FULL table: why it is FULL, and the recompute query.
+        """
+        from airflow_trickle.dvm.explain import explain
+
+        self.sync()
+        return explain(self, self.get(name))
+
     def read(self, name: str):
         """The stream table's rows without its hidden columns, as a DataFrame."""
         st = self.get(name)

@@ -1,0 +1,49 @@
+"""``explain``: what a refresh of a stream table would do, and why."""
+from __future__ import annotations
+
+from airflow_trickle.deltalog import latest_version
+
+
+def explain(env, st) -> dict:
+    """Operator tree, strategy, and the SQL a refresh would run now (nothing is executed)."""
+    from airflow_trickle.dvm import differential_merge, source_columns
+    from airflow_trickle.dvm.plan import plan
+    from airflow_trickle.refresh.engine import full_refresh_sql
+
+    current = {d.source_name: latest_version(d.source_location) for d in env.catalog.dependencies(st.name)}
+    lines = [f"stream table {st.name}", f"  refresh mode: {st.refresh_mode} (runs {st.effective_mode})"]
+    if st.mode_reason:
+        lines.append(f"  why FULL: {st.mode_reason}")
+    result = {"name": st.name, "mode": st.effective_mode, "reason": st.mode_reason,
+              "strategy": st.storage.get("strategy", "full"), "frontier": st.frontier, "current": current}
+    if st.effective_mode == "DIFFERENTIAL":
+        tree = plan(st.defining_query, source_columns(env, st)).explain()
+        strategy = st.storage.get("strategy")
+        lines.append(f"  apply strategy: {strategy} ({_STRATEGY_TEXT[strategy]})")
+        lines.append("  operator tree:")
+        lines += ["    " + line for line in tree]
+        # the delta of a refresh that would consume every source's latest change
+        probe = {name: version - 1 if version > 0 else 0 for name, version in current.items()}
+        probe_st = _with_frontier(st, probe)
+        delta_sql, why_not = differential_merge(env, probe_st, current)
+        result.update(tree=tree, delta_sql=delta_sql or why_not)
+        lines += ["  delta SQL (for the newest version of each source):", f"    {delta_sql or why_not}"]
+    else:
+        full = full_refresh_sql(env, st, current)
+        result.update(tree=[], delta_sql=None, full_sql=full)
+        lines += ["  FULL refresh SQL:", f"    {full}"]
+    result["text"] = "\n".join(lines)
+    return result
+
+
+_STRATEGY_TEXT = {
+    "bag": "rows added and removed by content, duplicates numbered",
+    "algebraic": "COUNT/SUM/AVG state advanced by the delta, groups read from storage",
+    "recompute": "only the groups the delta touches are recomputed",
+}
+
+
+def _with_frontier(st, frontier):
+    from dataclasses import replace
+
+    return replace(st, frontier=frontier)

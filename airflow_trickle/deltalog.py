@@ -58,3 +58,31 @@ def commit_operations(location: str, start_version: int, end_version: int,
     newest = table.version()
     infos = table.history(max(0, newest - start_version + 1))
     return sorted((c for c in infos if start_version <= int(c["version"]) <= end_version), key=lambda c: c["version"])
+
+
+#: Row counts of one commit's changes, by operation metric (an update counts as a delete and an insert).
+_CHANGE_METRICS = {
+    "numOutputRows": 1, "numDeletedRows": 1, "numUpdatedRows": 2,
+    "numTargetRowsInserted": 1, "numTargetRowsDeleted": 1, "numTargetRowsUpdated": 2,
+}
+_MERGE_OUTPUT_DOUBLES = ("numTargetRowsInserted", "numTargetRowsUpdated")
+
+
+def changed_rows(location: str, after_version: int, up_to_version: int, storage_options: dict | None = None) -> int:
+    """Rows changed by the commits in ``(after_version, up_to_version]``, from their metrics."""
+    total = 0
+    for commit in commit_operations(location, after_version + 1, up_to_version, storage_options):
+        metrics = commit.get("operationMetrics") or {}
+        merge = any(key in metrics for key in _MERGE_OUTPUT_DOUBLES)
+        for key, weight in _CHANGE_METRICS.items():
+            if merge and key == "numOutputRows":
+                continue  # a MERGE's output rows repeat its inserted and updated rows
+            total += weight * int(metrics.get(key) or 0)
+    return total
+
+
+def row_count(location: str, storage_options: dict | None = None) -> int:
+    """Rows in the newest version, from the file statistics in the log (deleted-row vectors not
+    subtracted: an estimate for ratios, not a count)."""
+    actions = _open(location, storage_options).get_add_actions(flatten=True)
+    return sum(n for n in actions.column("num_records").to_pylist() if n)

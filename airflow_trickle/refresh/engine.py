@@ -23,7 +23,7 @@ from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError, TrickleError
 from airflow_trickle.names import quote_name
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
-from airflow_trickle.deltalog import latest_version, recorded_refreshes
+from airflow_trickle.deltalog import changed_rows, latest_version, recorded_refreshes, row_count
 from airflow_trickle.spark.delta import refresh_commit
 from airflow_trickle.sql.parse import DIALECT, parse_query
 from airflow_trickle.sql.rewrite import pin_sources
@@ -134,7 +134,8 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
     reason = None
     merge_sql = None
     if action == "DIFFERENTIAL":
-        merge_sql, fallback = differential_merge(env, st, current)
+        too_many = _change_ratio_exceeded(env, st, current)
+        merge_sql, fallback = (None, too_many) if too_many else differential_merge(env, st, current)
         if merge_sql is None:
             action, reason = "FULL", fallback
     if action == "REINITIALIZE":
@@ -151,9 +152,13 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
         metadata["action"] = action
         with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
             metrics = env.spark.sql(full_refresh_sql(env, st, current)).first()
-    updated = int(metrics["num_updated_rows"] or 0)
-    inserted = int(metrics["num_inserted_rows"] or 0) + updated
-    deleted = int(metrics["num_deleted_rows"] or 0) + updated
+    if metrics is None:  # Delta skipped the commit: this (table, refresh number) already landed
+        inserted = deleted = 0
+        reason = "this refresh's commit had already landed; skipped by its transaction id"
+    else:
+        updated = int(metrics["num_updated_rows"] or 0)
+        inserted = int(metrics["num_inserted_rows"] or 0) + updated
+        deleted = int(metrics["num_deleted_rows"] or 0) + updated
     table_version = latest_version(st.location)
 
     def record(row: StreamTable) -> None:
@@ -174,6 +179,28 @@ def full_refresh_sql(env: Environment, st: StreamTable, current: dict[str, int])
     if source is None:
         source = numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns)
     return full_merge_sql(st.name, source, st.output_columns + [c for c, _ in st.storage.get("state", [])])
+
+
+def _change_ratio_exceeded(env: Environment, st: StreamTable, current: dict[str, int]) -> str | None:
+    """Why FULL is cheaper than DIFFERENTIAL for this change, or None.
+
+    The changed rows of the window (from the sources' commit metrics) are compared with the
+    sources' rows; past ``differential_max_change_ratio`` a recompute beats a delta.
+    """
+    limit = float(st.options.get("differential_max_change_ratio", env.config.differential_max_change_ratio))
+    changed = total = 0
+    try:
+        for dep in env.catalog.dependencies(st.name):
+            old, new = st.frontier.get(dep.source_name), current.get(dep.source_name)
+            total += row_count(dep.source_location)
+            if old is not None and new is not None and new > old:
+                changed += changed_rows(dep.source_location, old, new)
+    except Exception:  # noqa: BLE001 - no estimate: let the delta run
+        return None
+    ratio = changed / max(total, 1)
+    if ratio > limit:
+        return f"change ratio {ratio:.2f} exceeds differential_max_change_ratio {limit:g}; recomputed"
+    return None
 
 
 def _change_feed_unavailable(err: Exception) -> bool:

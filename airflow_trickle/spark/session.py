@@ -28,6 +28,36 @@ def delta_package() -> str:
     return f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
 
 
+def _jar_cache_file() -> Path:
+    root = os.environ.get("TRICKLE_JAR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "airflow_trickle")
+    return Path(root) / (delta_package().replace(":", "_") + ".jars")
+
+
+def delta_jars_conf() -> dict[str, str]:
+    """``spark.jars`` with the Delta jars resolved earlier, else ``spark.jars.packages`` to resolve them.
+
+    Resolution through Maven Central happens once; its result is remembered, so later sessions
+    start without Ivy (faster, quiet, and offline).
+    """
+    cache = _jar_cache_file()
+    if cache.is_file():
+        jars = [line.strip() for line in cache.read_text().splitlines() if line.strip()]
+        if jars and all(os.path.isfile(j) for j in jars):
+            return {"spark.jars": ",".join(jars)}
+    return {"spark.jars.packages": delta_package()}
+
+
+def _remember_resolved_jars(spark) -> None:
+    conf = spark.sparkContext.getConf()
+    if not conf.get("spark.jars.packages", None):
+        return
+    jars = [j.removeprefix("file://").removeprefix("file:") for j in (conf.get("spark.jars", "") or "").split(",") if j]
+    if jars and all(os.path.isfile(j) for j in jars):
+        cache = _jar_cache_file()
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text("\n".join(jars) + "\n")
+
+
 def session_conf(config: TrickleConfig, warehouse: str) -> dict[str, str]:
     """The Spark configuration of an embedded session, also used for spark-submit jobs."""
     conf = {
@@ -35,7 +65,7 @@ def session_conf(config: TrickleConfig, warehouse: str) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "in-memory",
         "spark.sql.warehouse.dir": warehouse,
-        "spark.jars.packages": delta_package(),
+        **delta_jars_conf(),
         "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
         # Delta rebuilds table state with this many partitions; its default of 50 dominates
         # small reads on one machine.
@@ -50,8 +80,8 @@ def session_conf(config: TrickleConfig, warehouse: str) -> dict[str, str]:
 def build_session(config: TrickleConfig, warehouse: str):
     """Start (or reuse) the embedded local Spark session for ``warehouse``.
 
-    The Delta jars are resolved from Maven Central by ``spark.jars.packages`` on first use and
-    cached by Ivy (``~/.ivy2.5.2``); later sessions start offline.
+    The Delta jars are resolved from Maven Central by ``spark.jars.packages`` on first use
+    (cached by Ivy in ``~/.ivy2.5.2``); later sessions load the resolved jars directly.
     """
     from pyspark.sql import SparkSession
 
@@ -64,6 +94,7 @@ def build_session(config: TrickleConfig, warehouse: str):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     _quiet_query_errors(spark)
+    _remember_resolved_jars(spark)
     return spark
 
 

@@ -1,0 +1,139 @@
+"""DIFFERENTIAL mode: what it refuses, when it falls back to FULL (and says why), crash safety."""
+from __future__ import annotations
+
+import pytest
+
+from airflow_trickle.catalog import CatalogStore
+from airflow_trickle.errors import RefreshError, UnsupportedConstructError
+from airflow_trickle.refresh import engine
+from tests.oracle import multiset
+
+
+def make_sources(tr, db, rows=20):
+    tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.o SELECT CAST(id AS INT), CAST(id % 4 AS INT), CAST(id AS INT) FROM range({rows})")
+    tr.sql(f"CREATE TABLE {db}.c (id INT, region STRING) USING delta")
+    tr.sql(f"INSERT INTO {db}.c VALUES (0, 'n'), (1, 's'), (2, 'e')")
+
+
+def assert_matches(tr, name, query):
+    assert multiset(tr.read(name)) == multiset(tr.sql(query))
+
+
+@pytest.mark.parametrize("query,construct", [
+    ("SELECT o.id, c.region FROM {db}.o o LEFT JOIN {db}.c c ON o.cid = c.id", "LEFT JOIN"),
+    ("SELECT id, row_number() OVER (PARTITION BY cid ORDER BY id) AS rn FROM {db}.o", "window function"),
+    ("SELECT cid FROM {db}.o INTERSECT SELECT id FROM {db}.c", "INTERSECT"),
+    ("SELECT cid FROM {db}.o EXCEPT SELECT id FROM {db}.c", "EXCEPT"),
+    ("SELECT id FROM {db}.o WHERE cid IN (SELECT id FROM {db}.c)", "subquery in WHERE"),
+    ("SELECT id FROM {db}.o ORDER BY id LIMIT 5", "LIMIT"),
+    ("SELECT id, uuid() AS u FROM {db}.o", "uuid()"),
+    ("SELECT id, (SELECT max(id) FROM {db}.c) AS m FROM {db}.o", "scalar subquery"),
+])
+def test_differential_rejects_what_it_cannot_maintain_at_create_time(tr, db, query, construct):
+    make_sources(tr, db)
+    name = f"{db}.rejected"
+    with pytest.raises(UnsupportedConstructError) as raised:
+        tr.create_stream_table(name, query.format(db=db), refresh_mode="DIFFERENTIAL")
+    assert f"stream table '{name}'" in str(raised.value) and construct in str(raised.value)
+    assert raised.value.construct and construct in raised.value.construct
+    assert not tr.spark.catalog.tableExists(name) and tr.catalog.get(name) is None
+
+
+def test_auto_takes_full_and_says_why(tr, db):
+    make_sources(tr, db)
+    name = f"{db}.auto"
+    query = f"SELECT o.id, c.region FROM {db}.o o LEFT JOIN {db}.c c ON o.cid = c.id"
+    st = tr.create_stream_table(name, query, refresh_mode="AUTO")
+    assert st.effective_mode == "FULL" and "LEFT JOIN" in st.mode_reason
+    tr.sql(f"INSERT INTO {db}.o VALUES (100, 3, 1)")
+    result = tr.refresh_stream_table(name)
+    assert result.action == "FULL" and "LEFT JOIN" in result.reason
+    assert_matches(tr, name, query)
+    assert tr.create_stream_table(f"{db}.auto_ok", f"SELECT id FROM {db}.o", refresh_mode="AUTO").effective_mode == "DIFFERENTIAL"
+
+
+def test_large_changes_run_full_small_ones_differential(tr, db):
+    make_sources(tr, db, rows=200)
+    name = f"{db}.ratio"
+    query = f"SELECT cid, SUM(amount) AS s FROM {db}.o GROUP BY cid"
+    tr.create_stream_table(name, query, options={"differential_max_change_ratio": 0.15})
+    tr.sql(f"UPDATE {db}.o SET amount = amount + 1 WHERE id < 100")  # 50% of the rows
+    big = tr.refresh_stream_table(name)
+    assert big.action == "FULL" and "change ratio" in big.reason
+    tr.sql(f"UPDATE {db}.o SET amount = 0 WHERE id = 7")
+    small = tr.refresh_stream_table(name)
+    assert small.action == "DIFFERENTIAL"
+    assert_matches(tr, name, query)
+    assert [h.reason for h in tr.history(name) if h.action == "FULL" and h.initiated_by == "MANUAL"][0] == big.reason
+
+
+def test_unreadable_change_feed_falls_back_to_full(tr, db):
+    make_sources(tr, db)
+    name = f"{db}.nocdf"
+    query = f"SELECT cid, COUNT(*) AS n FROM {db}.o GROUP BY cid"
+    tr.create_stream_table(name, query)
+    tr.sql(f"ALTER TABLE {db}.o SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
+    tr.sql(f"INSERT INTO {db}.o VALUES (50, 1, 1)")
+    result = tr.refresh_stream_table(name)
+    assert result.action == "FULL" and "change feed unavailable" in result.reason
+    assert_matches(tr, name, query)
+
+
+def test_killed_after_the_data_commit_nothing_applied_twice(tr, db, monkeypatch):
+    make_sources(tr, db)
+    name = f"{db}.crash"
+    query = f"SELECT o.cid, c.region, o.amount FROM {db}.o o JOIN {db}.c c ON o.cid = c.id"
+    tr.create_stream_table(name, query)
+    tr.sql(f"INSERT INTO {db}.o VALUES (60, 1, 5), (61, 1, 5)")
+    tr.sql(f"DELETE FROM {db}.o WHERE id = 2")
+
+    def killed(self, st_name, change):
+        raise OSError("killed after the data commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CatalogStore, "update", killed)
+        with pytest.raises(RefreshError):
+            tr.refresh_stream_table(name)
+    assert_matches(tr, name, query)  # the data commit landed
+    retried = tr.refresh_stream_table(name)
+    assert retried.action == "NO_DATA" and "recovered frontier" in retried.reason
+    assert_matches(tr, name, query)
+
+
+def test_killed_before_the_data_commit_the_retry_applies_once(tr, db, monkeypatch):
+    make_sources(tr, db)
+    name = f"{db}.crash2"
+    query = f"SELECT cid, SUM(amount) AS s, COUNT(*) AS n FROM {db}.o GROUP BY cid"
+    tr.create_stream_table(name, query)
+    tr.sql(f"INSERT INTO {db}.o VALUES (70, 2, 5)")
+
+    def killed(*args, **kwargs):
+        raise OSError("killed before the data commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "refresh_commit", killed)
+        with pytest.raises(RefreshError):
+            tr.refresh_stream_table(name)
+    assert multiset(tr.read(name)) != multiset(tr.sql(query))  # nothing applied yet
+    assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+    assert_matches(tr, name, query)
+
+
+def test_a_replayed_commit_is_skipped_by_its_transaction_id(tr, db):
+    make_sources(tr, db)
+    name = f"{db}.replay"
+    query = f"SELECT cid, SUM(amount) AS s FROM {db}.o GROUP BY cid"
+    tr.create_stream_table(name, query)
+    tr.sql(f"INSERT INTO {db}.o VALUES (80, 3, 1000)")
+    stale = tr.get(name)
+    current = engine.source_versions(tr, name)
+    from airflow_trickle.catalog.model import utcnow
+
+    first = engine.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="a", data_timestamp=utcnow())
+    version_after_first = tr.spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().version
+    # a retry that did not see the first commit computes the same change with the same number
+    engine.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="b", data_timestamp=utcnow())
+    assert tr.spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().version == version_after_first
+    assert first["rows_inserted"] >= 1
+    assert_matches(tr, name, query)

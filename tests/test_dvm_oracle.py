@@ -76,7 +76,8 @@ def test_aggregates_algebraic_recomputed_scalar_and_distinct(tr, db):
     tables = ["o", "x"]
     load = workload(tr, db, tables, {
         "algebraic": "SELECT cid, COUNT(*) AS n, SUM(amount) AS s, AVG(amount) AS av, COUNT(amount) AS na, "
-                     "SUM(price) AS sp, AVG(price) AS ap, SUM(amount) * 2 + COUNT(*) AS expr FROM {db}.o GROUP BY cid",
+                     "SUM(price) AS sp, AVG(price) AS ap, SUM(amount) * 2 + COUNT(*) AS expr, MIN(amount) AS mn, "
+                     "MAX(price) AS mx, MIN(amount) + MAX(amount) AS spread FROM {db}.o GROUP BY cid",
         "two_keys": "SELECT cid, amount, COUNT(*) AS n FROM {db}.o GROUP BY cid, amount",
         "recomputed": "SELECT cid, MIN(amount) AS mn, MAX(amount) AS mx, COUNT(DISTINCT amount) AS nd, "
                       "stddev_samp(amount) AS sd, collect_set(amount) IS NOT NULL AS has FROM {db}.o GROUP BY cid "
@@ -85,6 +86,9 @@ def test_aggregates_algebraic_recomputed_scalar_and_distinct(tr, db):
         "distinct": "SELECT DISTINCT cid, amount FROM {db}.o",
         "unioned": "SELECT cid AS k FROM {db}.o UNION SELECT k FROM {db}.x",
     })
+    strategies = {name.split(".")[1]: tr.get(name).storage["strategy"] for name in load.queries}
+    assert strategies == {"algebraic": "algebraic", "two_keys": "algebraic", "recomputed": "recompute",
+                          "scalar": "algebraic", "distinct": "algebraic", "unioned": "algebraic"}
     drive(load, tables)
 
 

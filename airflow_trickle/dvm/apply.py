@@ -5,9 +5,11 @@ Three ways to apply, chosen by the top operator of the plan:
 * **bag** (no aggregation at the top): the delta is consolidated per row content; a row whose
   count goes from n to n+k gets copies ``n+1..n+k`` inserted, from n to n−k loses copies
   ``n−k+1..n``.  Row identity is the content hash plus the copy number.
-* **keyed / algebraic** (GROUP BY with COUNT, SUM, AVG over exact numbers, no HAVING): the
-  hidden state of each affected group (row count, sums, non-NULL counts) is read from the
-  storage table and advanced by the delta: new = old + Σ Δ.  Cost follows the delta.
+* **keyed / algebraic** (GROUP BY with COUNT, SUM, AVG over exact numbers, MIN, MAX; no
+  HAVING): the hidden state of each affected group (row count, sums, non-NULL counts, extremes)
+  is read from the storage table and advanced by the delta: new = old + Σ Δ, MIN/MAX =
+  least/greatest(old, inserted), a group rescanned only when a deletion reaches its extreme.
+  Cost follows the delta.
 * **keyed / recompute** (any other aggregate, HAVING, floating-point sums): the affected groups
   K are recomputed from the sources at the new version and replace their stored rows.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from airflow_trickle.dvm.plan import ALGEBRAIC, W, Block, Node, Unsupported, Versions, group_hash, plan
+from airflow_trickle.dvm.plan import ALGEBRAIC, W, Block, Unsupported, Versions, group_hash, plan
 from airflow_trickle.names import quote_name
 from airflow_trickle.sql.parse import DIALECT
 from airflow_trickle.sql.rewrite import row_hash_sql
@@ -41,6 +43,9 @@ def _aggregate_state(block: Block) -> list[tuple[str, str, str]] | None:
             continue
         if arg is None or len(agg.expressions) > 0:
             return None
+        if name in ("min", "max"):
+            state.append((f"__trickle_m{i}", f"{name.upper()}({arg.sql(DIALECT)})", name))
+            continue
         state.append((f"__trickle_n{i}", f"COUNT({arg.sql(DIALECT)})", "n"))
         if name in ("sum", "avg"):
             state.append((f"__trickle_s{i}", f"SUM({arg.sql(DIALECT)})", "s"))
@@ -130,9 +135,14 @@ def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]
             agg_args[i] = agg.this
     inputs = [g.copy().as_(n) for g, n in zip(block.group, group_names)]
     inputs += [arg.copy().as_(f"__trickle_x{i}") for i, arg in agg_args.items()]
-    delta = block.input_delta_sql(versions, inputs)
-    # Per group: Δcount = Σw, Δn_i = Σ w·[x_i not null], Δs_i = Σ w·x_i
+    input_cols = ", ".join(group_names + [f"__trickle_x{i}" for i in agg_args])
+    # Consolidated, so a row added by one join term and removed by another leaves no trace.
+    delta = (f"SELECT {input_cols}, SUM({W}) AS {W} FROM ({block.input_delta_sql(versions, inputs)}) AS __raw "
+             f"GROUP BY {input_cols} HAVING SUM({W}) <> 0")
+    # Per group: Δcount = Σw, Δn_i = Σ w·[x_i not null], Δs_i = Σ w·x_i,
+    # MIN/MAX: the extreme inserted value and the extreme deleted value.
     sums = [f"SUM({W}) AS __dc"]
+    extremes = {}
     for name, _ in state:
         if name.startswith("__trickle_n"):
             i = name[len("__trickle_n"):]
@@ -140,13 +150,28 @@ def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]
         elif name.startswith("__trickle_s"):
             i = name[len("__trickle_s"):]
             sums.append(f"SUM({W} * __trickle_x{i}) AS __ds{i}")
+        elif name.startswith("__trickle_m"):
+            i = name[len("__trickle_m"):]
+            fn = block.aggregates[int(i)].sql_name().upper()
+            extremes[i] = fn
+            sums.append(f"{fn}(CASE WHEN {W} > 0 THEN __trickle_x{i} END) AS __di{i}")
+            sums.append(f"{fn}(CASE WHEN {W} < 0 THEN __trickle_x{i} END) AS __dd{i}")
     group_cols = ", ".join(group_names)
     per_group = (f"SELECT {group_cols + ', ' if group_cols else ''}{', '.join(sums)} FROM ({delta}) AS __d"
                  + (f" GROUP BY {group_cols}" if group_cols else ""))
     rid = group_hash(group_names)
-    # new state = stored state + Δ (a group not stored yet starts from zero)
+    # new state = stored state + Δ (a group not stored yet starts from zero); MIN/MAX:
+    # least/greatest(stored, inserted), unless a deletion reached the stored extreme (or the
+    # stored extreme is unknown): then that group's value is rescanned from the new input.
+    rescans = {i: _needs_rescan(i, fn) for i, fn in extremes.items()}
     advanced = []
     for name, kind in state:
+        if name.startswith("__trickle_m"):
+            i = name[len("__trickle_m"):]
+            pick = "least" if extremes[i] == "MIN" else "greatest"
+            advanced.append(f"CAST(CASE WHEN {rescans[i]} THEN r.__r{i} ELSE {pick}(t.`{name}`, d.__di{i}) END "
+                            f"AS {kind}) AS `{name}`")
+            continue
         if name == COUNT:
             change = "__dc"
         elif name.startswith("__trickle_n"):
@@ -155,8 +180,19 @@ def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]
             change = f"__ds{name[len('__trickle_s'):]}"
         advanced.append(f"CAST(COALESCE(t.`{name}`, 0) + COALESCE(d.{change}, 0) AS {kind}) AS `{name}`")
     stored = f"SELECT * FROM {quote_name(st.name)} WHERE `{DUP}` = 1"
-    merged = (f"SELECT d.*, {rid} AS __rid, {', '.join(advanced)} FROM ({per_group}) AS d "
-              f"LEFT JOIN ({stored}) AS t ON t.`{ROW_ID}` = {group_hash(['d.' + g for g in group_names])}")
+    joined = (f"({per_group}) AS d LEFT JOIN ({stored}) AS t "
+              f"ON t.`{ROW_ID}` = {group_hash(['d.' + g for g in group_names])}")
+    if extremes:
+        keys = (f"SELECT {group_hash(['d.' + g for g in group_names])} AS __trickle_row_id FROM {joined} "
+                f"WHERE {' OR '.join(rescans.values())}")
+        rescan = block.template.copy()
+        rescan.set("expressions", [exp.maybe_parse(block.group_hash_sql(), dialect=DIALECT).as_("__rid")] + [
+            exp.maybe_parse(f"{fn}({agg_args[int(i)].sql(DIALECT)})", dialect=DIALECT).as_(f"__r{i}")
+            for i, fn in extremes.items()])
+        rescan_sql = block.render(block.restricted(keys, rescan, scalar_too=True),
+                                  [n.state_sql(versions, "new") for _, n in block.items])
+        joined += f" LEFT JOIN ({rescan_sql}) AS r ON r.__rid = {group_hash(['d.' + g for g in group_names])}"
+    merged = f"SELECT d.*, {rid} AS __rid, {', '.join(advanced)} FROM {joined}"
     values = _aggregate_values(block, state_types)
     visible = []
     for column, projection in zip(st.output_columns, block.template.expressions):
@@ -176,6 +212,12 @@ def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]
             f"WHEN NOT MATCHED {insert_when}THEN INSERT ({_list(all_cols)}) VALUES ({_list(all_cols, 's.')})")
 
 
+def _needs_rescan(i: str, fn: str) -> str:
+    """SQL: a deletion in this group reached (or may have reached) its stored MIN/MAX."""
+    reached = "<=" if fn == "MIN" else ">="
+    return f"(d.__dd{i} IS NOT NULL AND (t.`__trickle_m{i}` IS NULL OR d.__dd{i} {reached} t.`__trickle_m{i}`))"
+
+
 def _aggregate_values(block: Block, state_types: dict[str, str]) -> dict[int, str]:
     """Each aggregate's value from the advanced state columns (as SQL over ``__m``)."""
     values = {}
@@ -185,6 +227,8 @@ def _aggregate_values(block: Block, state_types: dict[str, str]) -> dict[int, st
             values[i] = f"`{COUNT}`" if agg.this is None or isinstance(agg.this, exp.Star) else f"`__trickle_n{i}`"
         elif name == "sum":
             values[i] = f"CASE WHEN `__trickle_n{i}` = 0 THEN NULL ELSE `__trickle_s{i}` END"
+        elif name in ("min", "max"):
+            values[i] = f"`__trickle_m{i}`"
         else:  # avg: Spark's AVG divides the sum by the count (as double, or decimal for decimals)
             kind = state_types[f"__trickle_s{i}"]
             if kind.startswith("decimal"):
@@ -239,6 +283,3 @@ def _with_identity(select: exp.Select, block: Block) -> exp.Select:
 def _list(columns: list[str], prefix: str = "") -> str:
     return ", ".join(f"{prefix}`{c}`" for c in columns)
 
-
-def explain_node(node: Node) -> list[str]:
-    return node.explain()

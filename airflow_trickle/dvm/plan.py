@@ -34,8 +34,10 @@ from airflow_trickle.sql.rewrite import row_hash_sql
 W = "__trickle_w"
 ITEM = "__trickle_item_{}"
 
-#: Aggregates maintained algebraically at the top of a stream table (on exact numeric types).
-ALGEBRAIC = {"count", "sum", "avg"}
+#: Aggregates maintained from state at the top of a stream table: COUNT, SUM and AVG (on exact
+#: numeric types) as new = old + ΣΔ; MIN and MAX as least/greatest(old, inserted), rescanning
+#: a group only when a deletion reaches its extreme.
+ALGEBRAIC = {"count", "sum", "avg", "min", "max"}
 
 
 class Unsupported(Exception):
@@ -179,10 +181,13 @@ class Block(Node):
         return (f"SELECT DISTINCT __g AS __trickle_row_id FROM ("
                 f"{self.input_delta_sql(v, [_hash_expression(self).as_('__g')])}) AS __d")
 
-    def restricted(self, keys_sql: str) -> exp.Select:
-        """The block limited to the groups whose hash is in ``keys_sql``."""
-        select = self.template.copy()
-        if self.group:
+    def restricted(self, keys_sql: str, select: exp.Select | None = None, *, scalar_too: bool = False) -> exp.Select:
+        """The block (or ``select`` over its FROM) limited to the groups whose hash is in ``keys_sql``.
+
+        A scalar aggregate has one group; it is restricted only with ``scalar_too``.
+        """
+        select = (select or self.template).copy()
+        if self.group or scalar_too:
             condition = exp.maybe_parse(f"{self.group_hash_sql()} IN (SELECT __trickle_row_id FROM ({keys_sql}))",
                                         dialect=DIALECT)
             select = select.where(condition, copy=False)

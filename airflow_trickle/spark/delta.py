@@ -54,32 +54,3 @@ def refresh_commit(spark, *, metadata: dict, txn_app_id: str, txn_version: int) 
     finally:
         for key in (_CONF_USER_METADATA, _CONF_TXN_APP, _CONF_TXN_VERSION):
             conf.unset(key)
-
-
-def is_conflict(err: BaseException) -> bool:
-    """True for Delta's optimistic-concurrency conflicts, which a retry resolves."""
-    from delta.exceptions import (
-        ConcurrentAppendException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentDeleteReadException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-        DeltaConcurrentModificationException,
-        MetadataChangedException,
-        ProtocolChangedException,
-    )
-
-    conflict_types = (
-        ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException,
-        ConcurrentTransactionException, ConcurrentWriteException, DeltaConcurrentModificationException,
-        MetadataChangedException, ProtocolChangedException,
-    )
-    if isinstance(err, conflict_types):
-        return True
-    text = str(err)
-    return any(marker in text for marker in (
-        "DELTA_CONCURRENT_", "ConcurrentAppendException", "ConcurrentDeleteReadException",
-        "ConcurrentDeleteDeleteException", "ConcurrentTransactionException", "MetadataChangedException",
-        "ProtocolChangedException", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED",
-        "FileAlreadyExistsException",
-    ))

@@ -38,7 +38,7 @@ def explain(env, st) -> dict:
 
 _STRATEGY_TEXT = {
     "bag": "rows added and removed by content, duplicates numbered",
-    "algebraic": "COUNT/SUM/AVG state advanced by the delta, groups read from storage",
+    "algebraic": "COUNT/SUM/AVG state advanced by the delta, MIN/MAX rescanned only when an extreme is deleted",
     "recompute": "only the groups the delta touches are recomputed",
 }
 

@@ -154,7 +154,6 @@ class Trickle:
         Refuses while other stream tables read it, unless ``cascade`` (which drops them first).
         """
         from airflow_trickle.graph import build_graph, downstream_of, topological_order
-        from airflow_trickle.storage import drop_storage_table
 
         qualified = qualify_name(name)
         if self.catalog.get(qualified) is None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.oracle import CUSTOMERS, LIMITS, ORDERS, Workload, batches, customer_rows, limit_rows, order_rows

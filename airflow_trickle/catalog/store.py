@@ -10,7 +10,6 @@ conflict check fail, the whole transaction is retried from the read.
 """
 from __future__ import annotations
 
-import os
 import random
 import time
 from typing import Callable, Iterable

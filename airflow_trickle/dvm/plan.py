@@ -29,7 +29,6 @@ from sqlglot import exp
 from airflow_trickle.dvm.rewrites import normalize
 from airflow_trickle.names import DEFAULT_DATABASE
 from airflow_trickle.sql.parse import DIALECT, parse_query, table_name
-from airflow_trickle.sql.rewrite import row_hash_sql
 
 W = "__trickle_w"
 ITEM = "__trickle_item_{}"

@@ -93,7 +93,8 @@ def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None
             return finish("NO_DATA", "COMPLETED", reason, seq=st.refresh_seq, frontier=current)
         applied = apply_refresh(env, st, action, current, refresh_id=refresh_id, data_timestamp=start_time)
     except TrickleError as err:
-        _record_failure(env, st, lambda: finish(action or "NONE", "FAILED", None, error=str(err)))
+        message = str(err)
+        _record_failure(env, st, lambda: finish(action or "NONE", "FAILED", None, error=message))
         raise
     except Exception as err:  # noqa: BLE001 - wrapped with the stream table's name
         failure = RefreshError(f"{(action or 'refresh').lower()} refresh failed: {_short(err)}", stream_table=name)

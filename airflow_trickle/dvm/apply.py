@@ -72,9 +72,7 @@ def storage_layout(spark, defining_query: str, columns: dict[str, list[str]], cu
 def keyed_full_sql(block: Block, versions: Versions, state_exprs: list[tuple[str, str]] | None = None,
                    which: str = "new") -> str:
     """The aggregate block at ``which`` version with its identity (and state) columns."""
-    select = block.template.copy()
-    select.append("expressions", exp.maybe_parse(block.group_hash_sql(), dialect=DIALECT).as_(ROW_ID))
-    select.append("expressions", exp.maybe_parse("CAST(1 AS INT)", dialect=DIALECT).as_(DUP))
+    select = _with_identity(block.template, block)
     for name, sql in state_exprs or []:
         select.append("expressions", exp.maybe_parse(sql, dialect=DIALECT).as_(name))
     return block.render(select, [n.state_sql(versions, which) for _, n in block.items])

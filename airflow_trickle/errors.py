@@ -64,6 +64,14 @@ class UnsupportedConstructError(DefinitionError):
         super().__init__(message, stream_table=stream_table, hint=hint)
 
 
+class ProjectError(DefinitionError):
+    """A project file (or its Python form) is malformed: a missing field, a bad value, an unreadable file."""
+
+
+class InvalidParameterError(TrickleError):
+    """A manual-run parameter (tables, mode, include flags) is not acceptable."""
+
+
 class StreamTableNotFoundError(TrickleError):
     """No stream table of that name is registered."""
 

@@ -10,7 +10,12 @@ import uuid
 
 import pytest
 
+import tempfile
+
 os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+# Airflow reads its home when first imported; keep tests away from ~/airflow.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="trickle-airflow-home-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 
 @pytest.fixture(scope="session")

@@ -126,8 +126,8 @@ class RefreshRecord(_Row):
     refresh_id: str
     st_name: str
     seq: int
-    action: str  # NO_DATA | FULL | DIFFERENTIAL | REINITIALIZE | SKIP
-    status: str  # COMPLETED | FAILED | SKIPPED
+    action: str  # NO_DATA | FULL | DIFFERENTIAL | REINITIALIZE | SKIP | FRESHNESS_MISS
+    status: str  # COMPLETED | FAILED | SKIPPED | ALERT
     rows_inserted: int = 0
     rows_deleted: int = 0
     start_time: datetime | None = None
@@ -135,7 +135,7 @@ class RefreshRecord(_Row):
     duration_ms: int = 0
     reason: str | None = None
     error_message: str | None = None
-    initiated_by: str = "MANUAL"  # MANUAL | SCHEDULER | INITIAL
+    initiated_by: str = "MANUAL"  # MANUAL | INITIAL | AIRFLOW <dag>/<run>/<task> | DEADLINE
     frontier_from: dict | None = None
     frontier_to: dict | None = None
     data_timestamp: datetime | None = None

@@ -55,8 +55,13 @@ class RefreshResult:
 
 
 def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None,
-                         initiated_by: str = "MANUAL") -> RefreshResult:
-    """Refresh ``name`` once.  ``mode``: ``None``/``AUTO`` (choose), FULL, DIFFERENTIAL, REINITIALIZE."""
+                         initiated_by: str = "MANUAL", cheap_only: bool = False) -> RefreshResult | None:
+    """Refresh ``name`` once.  ``mode``: ``None``/``AUTO`` (choose), FULL, DIFFERENTIAL, REINITIALIZE.
+
+    ``cheap_only`` finishes only the outcomes known from Delta logs and the catalog alone
+    (NO_DATA, or SKIP of a suspended table) and returns ``None``, recording nothing, when the
+    refresh needs Spark: the Airflow task uses it to end without starting a Spark job.
+    """
     started = time.monotonic()
     start_time = utcnow()
     requested = _requested_mode(mode, name)
@@ -78,6 +83,8 @@ def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None
         ))
         return result
 
+    if cheap_only and st.status == "ACTIVE" and (requested is not None or not st.is_populated or st.needs_reinit):
+        return None
     if st.status != "ACTIVE":
         return finish("SKIP", "SKIPPED", f"status is {st.status}; alter_stream_table(status='ACTIVE') resumes it",
                       seq=st.refresh_seq, frontier=st.frontier)
@@ -91,6 +98,8 @@ def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None
         if action == "NO_DATA":
             env.catalog.update(name, lambda row: _mark_fresh(row, start_time))
             return finish("NO_DATA", "COMPLETED", reason, seq=st.refresh_seq, frontier=current)
+        if cheap_only:
+            return None
         applied = apply_refresh(env, st, action, current, refresh_id=refresh_id, data_timestamp=start_time)
     except TrickleError as err:
         message = str(err)

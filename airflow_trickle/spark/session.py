@@ -21,9 +21,7 @@ CATALOG_DIR = "_trickle"
 
 def delta_package() -> str:
     """Maven coordinates of the Delta jar matching the installed pyspark and delta-spark."""
-    import pyspark
-
-    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    spark_minor = ".".join(importlib.metadata.version("pyspark").split(".")[:2])
     delta_version = importlib.metadata.version("delta-spark")
     return f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
 

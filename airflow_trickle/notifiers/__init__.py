@@ -1,0 +1,1 @@
+"""Freshness notifications: what runs when a stream table or a DAG run misses its target."""

@@ -1,0 +1,235 @@
+"""``StreamTableRefreshOperator``: refresh one stream table (or one atomic group) as a Spark job.
+
+Before any Spark starts, the task answers what it can from the catalog and the Delta logs
+(milliseconds, no JVM): is the unit selected in this run, is it due, is its data stale, is
+there anything new beyond its frontier.  A unit with nothing to do ends as *skipped*; the tasks
+downstream run anyway (their trigger rule is ``none_failed``) and decide for themselves.  Only
+real work is submitted, with ``spark-submit`` through the Spark provider: ``local[*]`` when the
+Spark connection says so, any cluster otherwise.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+
+from airflow_trickle.project import Project, RefreshUnit, load_project
+
+#: The Spark application every refresh task submits.
+JOB_FILE = str(Path(__file__).resolve().parent.parent / "spark" / "job.py")
+
+
+class StreamTableRefreshOperator(SparkSubmitOperator):
+    """Refresh ``stream_tables`` (one table, or an atomic group's members in order) of ``project``.
+
+    :param project: a :class:`~airflow_trickle.project.Project` or the path of its YAML file.
+    :param stream_tables: qualified names; several only for an atomic diamond group.
+    :param check_schedule: scheduled runs skip a unit that is not due (manual runs never do).
+    :param freshness_notifier: called with the task context (plus ``freshness_miss``) on a miss;
+        a callable, an Airflow notifier instance, or the dotted path of either.
+    """
+
+    ui_color = "#d9f2e6"
+    custom_operator_name = "Stream table refresh"
+
+    def __init__(self, *, project: Project | str, stream_tables: list[str], check_schedule: bool = True,
+                 freshness_notifier: Any = None, conn_id: str | None = None, **kwargs) -> None:
+        self.project = project if isinstance(project, Project) else load_project(project)
+        spark = self.project.spark
+        kwargs.setdefault("name", f"trickle-{'+'.join(stream_tables)}"[:200])
+        for key in ("deploy_mode", "driver_memory", "executor_memory", "num_executors"):
+            if getattr(spark, key) is not None:
+                kwargs.setdefault(key, getattr(spark, key))
+        super().__init__(application=JOB_FILE, conn_id=conn_id or spark.conn_id, **kwargs)
+        unknown = [n for n in stream_tables if n not in self.project.stream_tables]
+        if unknown:
+            raise ValueError(f"{unknown} are not stream tables of project {self.project.name!r}")
+        self.stream_tables = list(stream_tables)
+        self.check_schedule = check_schedule
+        self.freshness_notifier = freshness_notifier or self.project.airflow.freshness_notifier
+
+    # -- the task -----------------------------------------------------------------------------
+
+    def execute(self, context) -> dict:
+        from airflow_trickle.catalog.model import utcnow
+        from airflow_trickle.errors import TrickleError
+        from airflow_trickle.hooks.trickle import TrickleHook
+        from airflow_trickle.planning import is_due, select
+
+        project = self.project
+        unit = project.unit_of(self.stream_tables[0])
+        if unit.members != tuple(self.stream_tables):
+            unit = RefreshUnit(tuple(self.stream_tables))
+        try:
+            selection = select(project, context.get("params"), manual=_is_manual(context))
+        except TrickleError as err:
+            raise AirflowException(f"refused: {err}") from None
+        members = selection.members(unit)
+        if not members:
+            raise AirflowSkipException("not selected in this manual run")
+
+        hook = TrickleHook(project.warehouse, settings=project.settings)
+        tag = _initiated_by(context)
+        rows = {m: hook.catalog.get(m) for m in members}
+        now = utcnow()
+        if not selection.forced and self.check_schedule:
+            due, why = is_due(project, unit, {m: r.last_refresh_at if r else None for m, r in rows.items()}, now,
+                              tolerance=self._tolerance())
+            self.log.info("%s: %s", "+".join(members), why)
+            if not due:
+                raise AirflowSkipException(why)
+        self._check_freshness(context, hook, rows, now, tag)
+
+        outcomes: dict[str, dict] = {}
+        needing: list[str] = []
+        for position, name in enumerate(members):
+            cheap = None if (selection.mode != "AUTO" or rows[name] is None) else hook.refresh_cheaply(
+                name, initiated_by=tag)
+            if cheap is None:
+                needing = members[position:]
+                break
+            outcomes[name] = {"action": cheap.action, "status": cheap.status, "reason": cheap.reason}
+            self.log.info("%s: %s (%s), no Spark job needed", name, cheap.action, cheap.reason)
+        if not needing:
+            actions = sorted({o["action"] for o in outcomes.values()})
+            raise AirflowSkipException(f"nothing to refresh ({', '.join(actions)}): "
+                                       + "; ".join(f"{n}: {o['reason']}" for n, o in outcomes.items()))
+
+        self._check_connection()
+        self.application_args = ["--spec", json.dumps(project.to_job_spec(needing)), "--tables", ",".join(needing),
+                                 "--mode", selection.mode, "--initiated-by", tag]
+        self.conf = {**self._session_conf(), **(self.conf or {})}
+        self.env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                         **(self.env_vars or {})}
+        started = utcnow() - timedelta(seconds=1)
+        self.log.info("refreshing %s in a Spark job (mode %s)", ", ".join(needing), selection.mode)
+        try:
+            super().execute(context)
+        except Exception as err:
+            failure = _newest_failure(hook, needing, started)
+            raise AirflowException(failure or f"refresh job for {', '.join(needing)} failed: {err}") from err
+        for name in needing:
+            outcomes[name] = _outcome(hook, name, started)
+        self._emit_asset_events(context, outcomes)
+        return outcomes
+
+    def _tolerance(self) -> timedelta:
+        from airflow_trickle.schedule import parse_schedule
+
+        tick = self.project.tick()
+        period = parse_schedule(tick).nominal_period() if tick else None
+        return period / 2 if period else timedelta(0)
+
+    def _session_conf(self) -> dict:
+        from airflow_trickle.spark.session import session_conf
+
+        conf = session_conf(self.project.config(), self.project.warehouse)
+        conf.pop("spark.sql.warehouse.dir", None) if "://" in self.project.warehouse else None
+        return conf
+
+    def _check_connection(self) -> None:
+        from airflow.sdk import BaseHook
+
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except Exception as err:  # noqa: BLE001 - the provider would silently fall back to YARN
+            raise AirflowException(
+                f"Spark connection {self._conn_id!r} is not defined ({err}); for local Spark set "
+                f"AIRFLOW_CONN_{self._conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}'"
+            ) from None
+
+    def _check_freshness(self, context, hook, rows: dict, now, tag: str) -> None:
+        from airflow_trickle.planning import freshness_miss
+
+        for name, row in rows.items():
+            miss = freshness_miss(name, self.project.freshness_target(name), row.data_timestamp if row else None, now)
+            if miss is None:
+                continue
+            self.log.warning(miss.message)
+            hook.record_freshness_miss(miss, initiated_by=tag)
+            if self.freshness_notifier:
+                notify(self.freshness_notifier, {**context, "freshness_miss": miss.as_dict()})
+
+    def _emit_asset_events(self, context, outcomes: dict[str, dict]) -> None:
+        events = context.get("outlet_events")
+        if events is None:
+            return
+        for asset in self.outlets or []:
+            name = (getattr(asset, "extra", None) or {}).get("stream_table")
+            if name in outcomes:
+                events[asset].extra = outcomes[name]
+
+
+def notify(notifier: Any, context: dict) -> None:
+    """Call a freshness notifier: a callable (``BaseNotifier`` instances are) or a dotted path."""
+    if isinstance(notifier, str):
+        from airflow.sdk.module_loading import import_string
+
+        notifier = import_string(notifier)
+    notifier(context)
+
+
+def _is_manual(context) -> bool:
+    run = context.get("dag_run")
+    run_type = str(getattr(run, "run_type", "") or "").lower()
+    return run_type.endswith("manual")
+
+
+def _initiated_by(context) -> str:
+    ti = context.get("ti") or context.get("task_instance")
+    run = context.get("dag_run")
+    return (f"AIRFLOW {getattr(ti, 'dag_id', '?')}/{getattr(run, 'run_id', '?')}/"
+            f"{getattr(ti, 'task_id', '?')}#{getattr(ti, 'try_number', 1)}")
+
+
+def _outcome(hook, name: str, started) -> dict:
+    """What the job did to ``name``: its newest history row since ``started``, and its table version."""
+    records = [r for r in hook.catalog.history(name, limit=5) if r.start_time and r.start_time >= started
+               and r.action != "FRESHNESS_MISS"]
+    outcome: dict[str, Any] = {"table_version": hook.table_version(name)}
+    if records:
+        record = records[0]
+        outcome.update(action=record.action, status=record.status, rows_inserted=record.rows_inserted,
+                       rows_deleted=record.rows_deleted, refresh_id=record.refresh_id, seq=record.seq)
+    return outcome
+
+
+def _newest_failure(hook, names: list[str], started) -> str | None:
+    for name in names:
+        for record in hook.catalog.history(name, limit=5):
+            if record.status == "FAILED" and record.start_time and record.start_time >= started:
+                return record.error_message
+    return None
+
+
+class StreamTableSelectionOperator(BaseOperator):
+    """The first task of a generated DAG: checks the run's parameters and logs what will refresh.
+
+    The trigger form already refuses bad values; this task refuses them again (a run started
+    through the REST API or the CLI skips the form), so a bad run fails here, before any refresh.
+    """
+
+    ui_color = "#eeeeee"
+
+    def __init__(self, *, project: Project | str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.project = project if isinstance(project, Project) else load_project(project)
+
+    def execute(self, context) -> dict:
+        from airflow_trickle.errors import TrickleError
+        from airflow_trickle.planning import select
+
+        manual = _is_manual(context)
+        try:
+            selection = select(self.project, context.get("params"), manual=manual)
+        except TrickleError as err:
+            raise AirflowException(f"refused: {err}") from None
+        tables = [n for n in self.project.stream_tables if n in selection.tables]
+        self.log.info("%s run: %s (mode %s)", "manual" if manual else "scheduled", ", ".join(tables), selection.mode)
+        return {"tables": tables, "mode": selection.mode, "forced": selection.forced}

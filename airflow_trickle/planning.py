@@ -1,0 +1,145 @@
+"""What one DAG run refreshes: manual-run parameters, due checks, freshness. Pure functions.
+
+A scheduled run visits every refresh unit; a unit whose schedule is not due ends at once.  A
+manual run (triggered from the UI form) refreshes exactly the selected stream tables, plus
+their upstream and/or downstream stream tables when asked, whatever their schedules.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from airflow_trickle.errors import InvalidParameterError
+from airflow_trickle.graph import downstream_of, upstream_of
+from airflow_trickle.names import qualify_name
+from airflow_trickle.project import Project, RefreshUnit
+
+#: Modes a manual run may ask for (AUTO lets each stream table choose).
+RUN_MODES = ("AUTO", "FULL", "DIFFERENTIAL", "REINITIALIZE")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The stream tables a run refreshes, how, and whether schedules are ignored."""
+
+    tables: frozenset[str]
+    mode: str = "AUTO"
+    #: A manual run refreshes its selection now; a scheduled run only what is due.
+    forced: bool = False
+
+    def members(self, unit: RefreshUnit) -> list[str]:
+        """The members of ``unit`` this run refreshes, in refresh order."""
+        return [m for m in unit.members if m in self.tables]
+
+
+def select(project: Project, params: dict | None, *, manual: bool) -> Selection:
+    """The selection of a run from its trigger-form ``params``; raises on any bad value.
+
+    >>> from airflow_trickle.project import define_project
+    >>> p = define_project("p", warehouse="/wh", stream_tables=[
+    ...     {"name": "s.a", "query": "SELECT * FROM s.src"}, {"name": "s.b", "query": "SELECT * FROM s.a"}])
+    >>> sorted(select(p, {"tables": ["s.b"], "include_upstream": True}, manual=True).tables)
+    ['s.a', 's.b']
+    """
+    params = dict(params or {})
+    names = list(project.stream_tables)
+    if not manual:
+        return Selection(frozenset(names))
+    requested = params.get("tables") or []
+    if isinstance(requested, str):
+        requested = [t for t in (part.strip() for part in requested.split(",")) if t]
+    if not isinstance(requested, list) or not all(isinstance(t, str) for t in requested):
+        raise InvalidParameterError(f"'tables' must be a list of stream table names, not {requested!r}")
+    chosen = set()
+    for text in requested:
+        name = _known_name(text, names)
+        if name is None:
+            raise InvalidParameterError(
+                f"'tables' names {text!r}, which is not a stream table of project {project.name!r}",
+                hint=f"choose from {', '.join(names)}")
+        chosen.add(name)
+    if not chosen:
+        chosen = set(names)
+    mode = str(params.get("mode") or "AUTO").strip().upper()
+    if mode not in RUN_MODES:
+        raise InvalidParameterError(f"'mode' must be one of {', '.join(RUN_MODES)}, not {params.get('mode')!r}")
+    expanded = set(chosen)
+    for flag, neighbours in (("include_upstream", upstream_of), ("include_downstream", downstream_of)):
+        value = params.get(flag, False)
+        if not isinstance(value, bool):
+            raise InvalidParameterError(f"'{flag}' must be true or false, not {value!r}")
+        if value:
+            for name in chosen:
+                expanded |= {n for n in neighbours(project.graph, name) if n in project.stream_tables}
+    return Selection(frozenset(expanded), mode=mode, forced=True)
+
+
+def _known_name(text: str, names: list[str]) -> str | None:
+    try:
+        name = qualify_name(text)
+    except Exception:  # noqa: BLE001 - an unparsable name is simply unknown
+        return None
+    return name if name in names else None
+
+
+def is_due(project: Project, unit: RefreshUnit, last_refreshes: dict[str, datetime | None], now: datetime,
+           tolerance: timedelta = timedelta(0)) -> tuple[bool, str]:
+    """Whether a scheduled run refreshes ``unit`` at ``now``, and why (for the task log).
+
+    ``last_refreshes`` holds each member's last refresh (``None``: never, or not created yet).
+    ``tolerance`` (half the DAG's tick) keeps a table whose period equals the tick from being
+    refreshed only every other run because its last refresh started a few seconds late.
+    A group fires on its policy: ``fastest`` when any member is due, ``slowest`` when all are.
+    """
+    if any(last_refreshes.get(m) is None for m in unit.members):
+        return True, "never refreshed"
+    schedule = project.schedule_of(unit)
+    if schedule.is_calculated:
+        return False, "no schedule of its own and nothing downstream has one (refresh it manually)"
+    probe = now + tolerance
+    due = [m for m in unit.members if schedule.is_due(last_refreshes[m], probe)]
+    if unit.schedule_policy == "slowest" and unit.is_group:
+        fires = len(due) == len(unit.members)
+    else:
+        fires = bool(due)
+    if fires:
+        return True, f"due ({schedule.text or 'every ' + str(schedule.nominal_period())})"
+    newest = max(last_refreshes[m] for m in unit.members)
+    return False, f"not due: last refreshed {newest:%Y-%m-%d %H:%M:%S} UTC, schedule {schedule.text or schedule.every}"
+
+
+@dataclass(frozen=True)
+class FreshnessMiss:
+    """A stream table found staler than its freshness target."""
+
+    name: str
+    staleness: timedelta
+    target: timedelta
+    data_timestamp: datetime
+
+    @property
+    def message(self) -> str:
+        return (f"stream table '{self.name}' missed its freshness target: its data is "
+                f"{_duration(self.staleness)} old (target {_duration(self.target)}, "
+                f"data as of {self.data_timestamp:%Y-%m-%d %H:%M:%S} UTC)")
+
+    def as_dict(self) -> dict:
+        return {"stream_table": self.name, "staleness_seconds": int(self.staleness.total_seconds()),
+                "target_seconds": int(self.target.total_seconds()),
+                "data_timestamp": self.data_timestamp.isoformat(), "message": self.message}
+
+
+def freshness_miss(name: str, target: timedelta | None, data_timestamp: datetime | None,
+                   now: datetime) -> FreshnessMiss | None:
+    """The miss when ``name``'s data (as of ``data_timestamp``) is older than ``target`` at ``now``."""
+    if target is None or data_timestamp is None:
+        return None
+    staleness = now - data_timestamp
+    return FreshnessMiss(name, staleness, target, data_timestamp) if staleness > target else None
+
+
+def _duration(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return "".join(f"{v}{u}" for v, u in ((hours, "h"), (minutes, "m"), (seconds, "s")) if v) or "0s"

@@ -1,0 +1,116 @@
+"""The Spark application of a refresh task: ``spark-submit airflow_trickle/spark/job.py ...``.
+
+It runs inside the Spark driver (the session comes from spark-submit's configuration), so it
+works the same on ``local[*]`` and on a cluster.  For each stream table named, in order, it
+makes the catalog match the project (creating the stream table on first use) and refreshes it.
+The members of an atomic diamond group are named together and refreshed in topological order;
+the first failure stops the job, and the members after it are not refreshed.
+
+Each outcome is printed as one ``TRICKLE_RESULT {json}`` line; the Airflow task reads the same
+facts back from the catalog history, so nothing depends on capturing the driver's output.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from airflow_trickle.errors import DefinitionError, TrickleError
+
+RESULT_PREFIX = "TRICKLE_RESULT "
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="airflow_trickle.spark.job", description=__doc__.split("\n")[0])
+    parser.add_argument("--spec", required=True, help="JSON: project name, warehouse, settings, stream tables")
+    parser.add_argument("--tables", required=True, help="comma-separated stream tables, refreshed in this order")
+    parser.add_argument("--mode", default="AUTO", help="AUTO, FULL, DIFFERENTIAL or REINITIALIZE")
+    parser.add_argument("--initiated-by", default="AIRFLOW", help="recorded in each history row")
+    return parser.parse_args(argv)
+
+
+def ensure_stream_table(tr, spec: dict, *, initiated_by: str) -> bool:
+    """Create ``spec``'s stream table when the catalog lacks it; align schedule and options.
+
+    Returns True when it was created (and therefore already populated by its initial refresh).
+    A project whose query or refresh mode differs from the registered stream table is refused:
+    changing a defining query in place is not supported, and silently keeping the old one
+    would serve data that does not match the project.
+    """
+    name = spec["name"]
+    current = tr.catalog.get(name)
+    if current is None:
+        tr.create_stream_table(name, spec["query"], schedule=spec["schedule"], refresh_mode=spec["refresh_mode"],
+                               options=_options(spec))
+        return True
+    if current.original_query.strip() != spec["query"].strip() or current.refresh_mode != spec["refresh_mode"]:
+        what = "defining query" if current.original_query.strip() != spec["query"].strip() else "refresh mode"
+        raise DefinitionError(
+            f"the project's {what} differs from the registered stream table's",
+            stream_table=name,
+            hint=f"changing it in place is not supported: run `trickle drop {name} --cascade` "
+                 "and the next run recreates it from the project")
+    options = _options(spec)
+    if current.schedule != spec["schedule"] or any(current.options.get(k) != v for k, v in options.items()):
+        tr.alter_stream_table(name, schedule=spec["schedule"], options=options)
+    return False
+
+
+def _options(spec: dict) -> dict:
+    from airflow_trickle.schedule import parse_schedule
+
+    options = {"diamond_consistency": spec.get("diamond_consistency", "atomic"),
+               "diamond_schedule_policy": spec.get("diamond_schedule_policy", "fastest")}
+    if spec.get("freshness"):
+        options["freshness_seconds"] = int(parse_schedule(spec["freshness"]).every.total_seconds())
+    return options
+
+
+def run(tr, spec: dict, tables: list[str], *, mode: str, initiated_by: str) -> list[dict]:
+    """Ensure and refresh ``tables`` in order; returns one outcome per table refreshed."""
+    specs = {s["name"]: s for s in spec["stream_tables"]}
+    outcomes = []
+    for name in tables:
+        if name not in specs:
+            raise TrickleError(f"not part of project {spec['project']!r}", stream_table=name)
+        created = ensure_stream_table(tr, specs[name], initiated_by=initiated_by)
+        if created and mode == "AUTO":
+            record = tr.history(name, limit=1)[0]
+            outcome = {"name": name, "action": "CREATED", "status": record.status,
+                       "rows_inserted": record.rows_inserted, "rows_deleted": record.rows_deleted}
+        else:
+            result = tr.refresh_stream_table(name, None if mode == "AUTO" else mode, initiated_by=initiated_by)
+            outcome = {"name": name, "action": result.action, "status": result.status,
+                       "rows_inserted": result.rows_inserted, "rows_deleted": result.rows_deleted,
+                       "reason": result.reason}
+        print(RESULT_PREFIX + json.dumps(outcome), flush=True)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    spec = json.loads(args.spec)
+    tables = [t for t in args.tables.split(",") if t]
+    from pyspark.sql import SparkSession
+
+    from airflow_trickle.api import Trickle
+    from airflow_trickle.config import TrickleConfig
+
+    spark = SparkSession.builder.appName(f"airflow_trickle refresh {args.tables}").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    config = TrickleConfig.from_env(warehouse=spec["warehouse"], **(spec.get("settings") or {}))
+    tr = Trickle(spec["warehouse"], spark=spark, config=config)
+    try:
+        tr.sync()
+        run(tr, spec, tables, mode=args.mode.upper(), initiated_by=args.initiated_by)
+    except TrickleError as err:
+        print(f"airflow_trickle: {err}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Airflow triggers of airflow_trickle (run by the triggerer)."""

@@ -1,0 +1,118 @@
+"""The Airflow pieces in-process, against the test warehouse: refresh task decisions made
+without Spark, freshness misses, the source-data sensor, its deferrable trigger, the deadline
+callback."""
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException, TaskDeferred
+
+from airflow_trickle.catalog.model import utcnow
+from airflow_trickle.project import define_project
+
+
+def context(run_type="scheduled", **params):
+    return {"params": params, "dag_run": SimpleNamespace(run_type=run_type, run_id="run_1"),
+            "ti": SimpleNamespace(dag_id="trickle_p", task_id="db.st", try_number=1)}
+
+
+@pytest.fixture
+def stream_table(tr, db, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_LOCAL", raising=False)
+    tr.sql(f"CREATE TABLE {db}.src (k INT, v STRING) USING delta")
+    tr.sql(f"INSERT INTO {db}.src VALUES (1, 'a'), (2, NULL)")
+    name = f"{db}.st"
+    tr.create_stream_table(name, f"SELECT k, v FROM {db}.src", schedule="1m")
+    project = define_project("p", warehouse=tr.warehouse, sources=[f"{db}.src"], stream_tables=[
+        {"name": name, "query": f"SELECT k, v FROM {db}.src", "schedule": "1m"}])
+    return name, project
+
+
+def test_refresh_task_ends_without_spark_records_the_miss_and_notifies(tr, stream_table):
+    from airflow_trickle.operators.refresh import StreamTableRefreshOperator
+
+    name, project = stream_table
+    hour_ago = utcnow() - timedelta(hours=1)
+    tr.catalog.update(name, lambda row: (setattr(row, "data_timestamp", hour_ago),
+                                         setattr(row, "last_refresh_at", hour_ago)))
+    notified = []
+    task = StreamTableRefreshOperator(task_id="st", project=project, stream_tables=[name],
+                                      freshness_notifier=notified.append)
+    # due, stale, nothing new: NO_DATA recorded, no Spark job (no Spark connection exists here)
+    with pytest.raises(AirflowSkipException, match=r"nothing to refresh \(NO_DATA\)"):
+        task.execute(context())
+    (miss,) = [n["freshness_miss"] for n in notified]
+    assert miss["stream_table"] == name and miss["target_seconds"] == 120 and miss["staleness_seconds"] >= 3600
+    history = tr.history(name, limit=3)
+    assert [h.action for h in history[:2]] == ["NO_DATA", "FRESHNESS_MISS"]
+    assert history[1].status == "ALERT" and "missed its freshness target" in history[1].reason
+    assert history[0].initiated_by == "AIRFLOW trickle_p/run_1/db.st#1"
+    assert tr.get(name).data_timestamp > hour_ago  # NO_DATA marks the table fresh
+    # just refreshed: the next scheduled run finds it not due, and records nothing
+    recorded = len(tr.history(name, limit=50))
+    with pytest.raises(AirflowSkipException, match="not due"):
+        task.execute(context())
+    assert len(tr.history(name, limit=50)) == recorded
+    assert len(notified) == 1
+
+
+def test_refresh_task_refuses_bad_parameters_and_a_missing_spark_connection(tr, stream_table):
+    from airflow_trickle.operators.refresh import StreamTableRefreshOperator, StreamTableSelectionOperator
+
+    name, project = stream_table
+    task = StreamTableRefreshOperator(task_id="st", project=project, stream_tables=[name])
+    with pytest.raises(AirflowException, match=r"refused: 'tables' names 'db.nope'"):
+        task.execute(context("manual", tables=["db.nope"]))
+    with pytest.raises(AirflowException, match="refused: 'mode' must be one of"):
+        StreamTableSelectionOperator(task_id="plan", project=project).execute(context("manual", mode="SOMETIMES"))
+    assert StreamTableSelectionOperator(task_id="plan", project=project).execute(context("manual")) == {
+        "tables": [name], "mode": "AUTO", "forced": True}
+    # FULL needs Spark: without a Spark connection the provider would fall back to YARN; we refuse
+    with pytest.raises(AirflowException, match="Spark connection 'spark_local' is not defined.*AIRFLOW_CONN_SPARK_LOCAL"):
+        task.execute(context("manual", tables=[name], mode="FULL"))
+
+
+def test_sensor_and_deferrable_trigger_wait_for_data_beyond_the_frontier(tr, stream_table):
+    from airflow_trickle.sensors.source_data import StreamTableSourceSensor
+    from airflow_trickle.triggers.source_data import StreamTableSourceTrigger
+
+    name, _ = stream_table
+    source = name.replace(".st", ".src")
+    sensor = StreamTableSourceSensor(task_id="wait", stream_table=name, warehouse=tr.warehouse, poke_interval=1)
+    assert not sensor.poke({}).is_done
+    trigger = StreamTableSourceTrigger(stream_table=name, warehouse=tr.warehouse, poll_interval=0.05)
+
+    async def first_event(timeout):
+        return await asyncio.wait_for(anext(trigger.run()), timeout)
+
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(first_event(0.5))  # nothing new: the trigger keeps waiting
+    with pytest.raises(TaskDeferred) as deferred:
+        StreamTableSourceSensor(task_id="w", stream_table=name, warehouse=tr.warehouse, deferrable=True).execute({})
+    classpath, kwargs = deferred.value.trigger.serialize()
+    assert classpath == "airflow_trickle.triggers.source_data.StreamTableSourceTrigger"
+    assert kwargs["stream_table"] == name
+
+    frontier = tr.get(name).frontier[source]
+    tr.sql(f"INSERT INTO {source} VALUES (3, 'c')")
+    result = sensor.poke({})
+    assert result.is_done and result.xcom_value == {source: [frontier, frontier + 1]}
+    event = asyncio.run(first_event(10))
+    assert event.payload == {"status": "success", "pending": {source: [frontier, frontier + 1]}}
+    assert sensor.execute_complete({}, event.payload) == {source: [frontier, frontier + 1]}
+    only_other = StreamTableSourceSensor(task_id="o", stream_table=name, warehouse=tr.warehouse, source="db.other")
+    with pytest.raises(Exception, match="not a source"):
+        only_other.poke({})
+
+
+def test_deadline_callback_records_the_miss(tr, stream_table):
+    from airflow_trickle.notifiers.freshness import record_deadline_miss
+
+    name, _ = stream_table
+    asyncio.run(record_deadline_miss(context={"dag_run": {"run_id": "scheduled_9"}}, warehouse=tr.warehouse,
+                                     project="p", tables=[name], interval_seconds=60))
+    newest = tr.history(name, limit=1)[0]
+    assert newest.action == "FRESHNESS_MISS" and newest.initiated_by == "DEADLINE p/scheduled_9"

@@ -183,15 +183,102 @@ class Trickle:
             pass
 
     def refresh_stream_table(self, name: str, mode: str | None = None, *, initiated_by: str = "MANUAL") -> RefreshResult:
-        """Refresh once.  ``mode``: None/AUTO (the engine chooses), FULL, DIFFERENTIAL or REINITIALIZE."""
-        self.sync()
-        return refresh_stream_table(self, qualify_name(name), mode=mode, initiated_by=initiated_by)
+        """Refresh once.  ``mode``: None/AUTO (the engine chooses), FULL, DIFFERENTIAL or REINITIALIZE.
 
-    def alter_stream_table(self, name: str, *, schedule: str | None = _UNSET, refresh_mode: str = _UNSET,
-                           status: str = _UNSET, options: dict | None = None) -> StreamTable:
-        """Change schedule, refresh mode, status (ACTIVE resumes and clears the error count) or options."""
+        A stream table on a (monotone) cycle is refreshed with the whole cycle to its fixpoint;
+        the result is its own last refresh, with the number of passes in ``reason``.
+        """
+        from airflow_trickle.graph import cycle_members
+
+        self.sync()
+        qualified = qualify_name(name)
+        members = cycle_members(self._graph(), qualified)
+        if not members:
+            return refresh_stream_table(self, qualified, mode=mode, initiated_by=initiated_by)
+        from airflow_trickle.refresh.cycle import refresh_to_fixpoint
+
+        fixpoint = refresh_to_fixpoint(self, members, mode=mode, initiated_by=initiated_by)
+        results = fixpoint.results[qualified]
+        last = results[-1]
+        last.rows_inserted = sum(r.rows_inserted for r in results)
+        last.rows_deleted = sum(r.rows_deleted for r in results)
+        last.action = next((r.action for r in results if r.action != "NO_DATA"), last.action)
+        last.reason = (f"cycle {' -> '.join(members + members[:1])} reached its fixpoint in {fixpoint.passes} "
+                       f"pass{'es' if fixpoint.passes > 1 else ''}")
+        return last
+
+    def _graph(self):
+        from airflow_trickle.graph import build_graph
+
+        return build_graph([(d.source_name, d.st_name) for d in self.catalog.dependencies()],
+                           stream_tables=[st.name for st in self.catalog.list()])
+
+    def refresh_group(self, members: str | list[str], *, group: list[str] | None = None,
+                      convergence_points: list[str] | None = None, mode: str | None = None,
+                      initiated_by: str = "MANUAL"):
+        """Refresh an atomic diamond group all-or-nothing (see :mod:`airflow_trickle.refresh.group`).
+
+        ``members``: the members in refresh order, or the name of one member, meaning its whole
+        atomic group as :meth:`diamond_groups` lists it.
+        """
+        from airflow_trickle.refresh.group import refresh_group
+
+        self.sync()
+        if isinstance(members, str):
+            member = qualify_name(members)
+            found = [g for g in self.diamond_groups() if member in g["members"] and g["consistency"] == "atomic"]
+            if not found:
+                raise TrickleError("is not a member of an atomic diamond group", stream_table=member,
+                                   hint="set options={'diamond_consistency': 'atomic'} on the convergence point")
+            members, convergence_points = found[0]["members"], found[0]["convergence_points"]
+        members = [qualify_name(m) for m in members]
+        return refresh_group(self, members, group=group, convergence_points=convergence_points, mode=mode,
+                             initiated_by=initiated_by)
+
+    def diamond_groups(self) -> list[dict]:
+        """Diamond groups of the registered stream tables: members, convergence points, epochs.
+
+        A group is ``atomic`` when one of its convergence points has ``diamond_consistency =
+        'atomic'`` (its members then refresh all-or-nothing); otherwise ``none``.
+        """
+        from airflow_trickle.graph import build_graph, consistency_groups
+        from airflow_trickle.refresh.group import group_name
+
+        tables = {st.name: st for st in self.catalog.list()}
+        graph = build_graph([(d.source_name, d.st_name) for d in self.catalog.dependencies()], stream_tables=tables)
+        atomic = {n for n, st in tables.items() if st.options.get("diamond_consistency") == "atomic"}
+        epochs = {g.name: g for g in self.catalog.groups()}
+        found = [(g, "atomic") for g in consistency_groups(graph, atomic=atomic) if g.convergence_points]
+        grouped = {m for g, _ in found for m in g.members}
+        found += [(g, "none") for g in consistency_groups(graph)
+                  if g.convergence_points and not grouped & set(g.members)]
+        result = []
+        for group, consistency in found:
+            name = group_name(group.members)
+            state = epochs.get(name)
+            policies = {tables[p].options.get("diamond_schedule_policy", "fastest") for p in group.convergence_points}
+            result.append({"name": name, "members": group.members, "convergence_points": group.convergence_points,
+                           "consistency": consistency, "schedule_policy": "slowest" if "slowest" in policies
+                           else "fastest", "epoch": state.epoch if state else 0,
+                           "last_status": state.last_status if state else None,
+                           "last_error": state.last_error if state else None})
+        return result
+
+    def alter_stream_table(self, name: str, *, query: str = _UNSET, schedule: str | None = _UNSET,
+                           refresh_mode: str = _UNSET, status: str = _UNSET, options: dict | None = None) -> StreamTable:
+        """Change the defining query, schedule, refresh mode, status (ACTIVE resumes and clears the
+        error count) or options.
+
+        A new ``query`` is validated like a create (nothing changes if it is refused), then the
+        storage is rebuilt and repopulated; its output columns may change only while no other
+        stream table reads it.  With ``allow_circular``, a query may close a cycle of monotone
+        queries, which then refreshes to a fixpoint.
+        """
         qualified = qualify_name(name)
         st = self.get(qualified)
+        if query is not _UNSET:
+            st = self._replace_query(st, query, None if refresh_mode is _UNSET else refresh_mode)
+            refresh_mode = _UNSET
         if schedule is not _UNSET:
             parse_schedule(schedule, stream_table=qualified)
         new_mode = effective = reason = None
@@ -221,6 +308,41 @@ class Trickle:
                 row.options = {**row.options, **options}
 
         return self.catalog.update(qualified, change)
+
+    def _replace_query(self, st: StreamTable, query: str, refresh_mode: str | None) -> StreamTable:
+        from airflow_trickle.storage import create_storage_table
+
+        self.sync()
+        tables = self.catalog.list()
+        dependencies = self.catalog.dependencies()
+        definition = analyze(
+            self.spark, name=st.name, query=query, schedule=st.schedule, refresh_mode=refresh_mode or st.refresh_mode,
+            stream_tables={t.name: t.output_columns for t in tables},
+            edges=[(d.source_name, d.st_name) for d in dependencies if d.st_name != st.name],
+            replacing=st.name, allow_circular=self.config.allow_circular,
+            queries={t.name: t.defining_query for t in tables})
+        readers = sorted({d.st_name for d in dependencies if d.source_name == st.name})
+        stored = [(f.name, f.dataType.simpleString()) for f in self.read(st.name).schema.fields]
+        if readers and stored != definition.output_columns:
+            raise DefinitionError(
+                f"the new query changes the output columns ({stored} -> {definition.output_columns}) "
+                f"while {', '.join(readers)} read{'s' if len(readers) == 1 else ''} it", stream_table=st.name,
+                hint="keep the columns, or drop the readers first")
+        new = _stream_table_row(definition, st.options)
+        new.st_id, new.refresh_seq, new.created_at = st.st_id, st.refresh_seq, st.created_at
+        if new.effective_mode == "DIFFERENTIAL":
+            from airflow_trickle.dvm.apply import storage_layout
+
+            columns = {s.name: [c for c, _ in s.columns] for s in definition.sources.values()}
+            new.storage = {**new.storage, **storage_layout(self.spark, new.defining_query, columns, {})}
+        new.storage["columns"] = definition.output_columns
+        cdc_modes = self._prepare_change_feeds(definition)
+        create_storage_table(self.spark, st.name, definition.output_columns, new.storage, replace=True)
+        new.location = table_location(self.spark, st.name)
+        self.catalog.replace(new, [_dependency_row(definition, source, self._location(source), cdc_modes[source.name])
+                                   for source in definition.sources.values()])
+        self.refresh_stream_table(st.name, initiated_by="ALTER")
+        return self.get(st.name)
 
     # -- inspection ---------------------------------------------------------------------------
 

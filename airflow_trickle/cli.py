@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("name", nargs="?")
     history.add_argument("--limit", type=int, default=20)
 
+    verbs.add_parser("diamonds", help="diamond groups: members, convergence points, consistency, epochs")
+
     explain = verbs.add_parser("explain", help="operator tree and delta SQL of a stream table")
     explain.add_argument("name")
 
@@ -122,6 +124,9 @@ def _run(args) -> int:
         _emit(args, [asdict(r) for r in tr.history(args.name, args.limit)],
               columns=["st_name", "action", "status", "rows_inserted", "rows_deleted", "duration_ms",
                        "start_time", "initiated_by", "reason", "error_message"])
+    elif args.verb == "diamonds":
+        _emit(args, tr.diamond_groups(),
+              columns=["name", "consistency", "convergence_points", "schedule_policy", "epoch", "last_status"])
     elif args.verb == "explain":
         explanation = tr.explain(args.name)
         if args.json:

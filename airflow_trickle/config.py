@@ -37,6 +37,14 @@ class TrickleConfig:
     #: How change sets are read: ``auto`` (CDF where it is readable, snapshot diff otherwise),
     #: ``cdf`` or ``snapshot``.
     cdc_mode: str = "auto"
+    #: Attempts of a refresh commit that meets a retryable error (a concurrent Delta commit,
+    #: transient I/O); waits grow exponentially from ``retry_backoff_seconds``.
+    refresh_attempts: int = 3
+    retry_backoff_seconds: float = 1.0
+    #: Allow cycles of stream tables whose queries are all monotone; they refresh to a fixpoint.
+    allow_circular: bool = False
+    #: Passes over a cycle before its refresh gives up as not converging.
+    max_fixpoint_iterations: int = 10
     #: Attempts for a catalog write that meets a concurrent Delta commit.
     catalog_write_attempts: int = 8
 
@@ -49,6 +57,6 @@ class TrickleConfig:
             if raw is None or f.name == "spark_conf":
                 continue
             kind = type(getattr(cls(), f.name)) if f.name != "warehouse" else str
-            values[f.name] = kind(raw)
+            values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on") if kind is bool else kind(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -30,11 +30,12 @@ def stream_table_asset(project: str, name: str) -> Asset:
 
 
 def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | None = None,
-                     **dag_kwargs) -> DAG | None:
+                     freshness_notifier=None, **dag_kwargs) -> DAG | None:
     """Build the DAG of ``project`` (a :class:`Project` or a YAML path).
 
     ``deadline`` overrides the project's ``airflow.deadline`` (as does the environment variable
-    ``TRICKLE_DAG_DEADLINES=off``); ``dag_kwargs`` go to ``DAG``.
+    ``TRICKLE_DAG_DEADLINES=off``); ``freshness_notifier`` (a callable such as an Airflow notifier
+    instance) overrides ``airflow.freshness_notifier``; ``dag_kwargs`` go to ``DAG``.
     Returns ``None`` without building when Airflow parses the file to run another DAG's task.
     """
     if not isinstance(project, Project):
@@ -81,7 +82,8 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
                     tasks[unit] = StreamTableRefreshOperator(
                         task_id=unit.task_name, project=project, stream_tables=list(unit.members),
                         outlets=[stream_table_asset(project.name, m) for m in unit.members],
-                        trigger_rule="none_failed", doc_md=_unit_doc(project, unit))
+                        trigger_rule="none_failed", doc_md=_unit_doc(project, unit),
+                        freshness_notifier=freshness_notifier)
         for unit, task in tasks.items():
             upstream = {project.unit_of(p) for m in unit.members for p in project.graph.predecessors(m)
                         if p in project.stream_tables} - {unit}

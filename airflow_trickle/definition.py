@@ -24,10 +24,17 @@ from airflow_trickle.errors import (
     UnknownSourceError,
     UnsupportedConstructError,
 )
-from airflow_trickle.graph import build_graph, find_cycle
+from airflow_trickle.graph import build_graph, cycle_members, find_cycle
 from airflow_trickle.names import HIDDEN_PREFIX, DEFAULT_DATABASE, qualify_name, split_name
 from airflow_trickle.schedule import Schedule, parse_schedule
-from airflow_trickle.sql.parse import DIALECT, columns_used, nondeterministic_calls, parse_query, source_names
+from airflow_trickle.sql.parse import (
+    DIALECT,
+    columns_used,
+    non_monotone_constructs,
+    nondeterministic_calls,
+    parse_query,
+    source_names,
+)
 from airflow_trickle.sql.rewrite import pin_sources
 
 #: Characters Delta does not accept in column names (without column mapping).
@@ -102,19 +109,24 @@ def analyze(
     refresh_mode: str,
     stream_tables: dict[str, list[str]],
     edges: list[tuple[str, str]],
+    replacing: str | None = None,
+    allow_circular: bool = False,
+    queries: dict[str, str] | None = None,
 ) -> Definition:
     """Validate a new definition against Spark and the catalog.
 
     ``stream_tables`` maps each registered stream table to its visible columns; ``edges`` are
-    the registered dependencies ``(source, stream table)``.
+    the registered dependencies ``(source, stream table)``.  ``replacing`` names the stream
+    table whose query this definition replaces (ALTER).  With ``allow_circular``, a cycle is
+    accepted when every query on it (``queries`` holds the registered ones) is monotone.
     """
     from airflow_trickle.dvm import differential_blockers
     from airflow_trickle.spark.delta import is_delta, table_exists
 
     qualified, ast, parsed_schedule, mode = check_static(name, query, schedule, refresh_mode)
-    if qualified in stream_tables:
+    if qualified in stream_tables and qualified != replacing:
         raise AlreadyExistsError("a stream table of this name already exists", stream_table=qualified)
-    if table_exists(spark, qualified):
+    if qualified != replacing and table_exists(spark, qualified):
         raise AlreadyExistsError(
             "a table of this name already exists", stream_table=qualified, hint="drop it or choose another name"
         )
@@ -135,9 +147,13 @@ def analyze(
             )
         sources[source] = SourceInfo(source, "TABLE", _visible_columns(spark, source))
 
-    cycle = find_cycle(build_graph(edges + [(s, qualified) for s in sources], stream_tables=list(stream_tables) + [qualified]))
+    graph = build_graph(edges + [(s, qualified) for s in sources], stream_tables=list(stream_tables) + [qualified])
+    cycle = find_cycle(graph)
+    if cycle and not allow_circular:
+        raise CycleError(f"the definition creates a cycle: {' -> '.join(cycle)}", cycle=cycle, stream_table=qualified,
+                         hint="cycles of monotone queries are allowed with allow_circular=True")
     if cycle:
-        raise CycleError(f"the definition creates a cycle: {' -> '.join(cycle)}", cycle=cycle, stream_table=qualified)
+        _check_monotone_cycle(qualified, ast, cycle_members(graph, qualified), queries or {})
 
     hidden = {s.name: [c for c, _ in s.columns] for s in sources.values() if s.kind == "STREAM_TABLE"}
     output_columns = _analyze_output(spark, pin_sources(ast, {}, hidden), qualified)
@@ -168,6 +184,18 @@ def analyze(
         columns_used=lineage,
         blockers=blockers,
     )
+
+
+def _check_monotone_cycle(name: str, ast: exp.Query, members: list[str], queries: dict[str, str]) -> None:
+    """Refuse a cycle unless every query on it is monotone, naming the table and the operator."""
+    for member in members:
+        query = ast if member == name else parse_query(queries[member], stream_table=member)
+        blockers = non_monotone_constructs(query)
+        if blockers:
+            raise UnsupportedConstructError(
+                f"the cycle {' -> '.join(members + members[:1])} is not monotone: stream table '{member}' "
+                f"uses {blockers[0]}", construct=blockers[0], stream_table=name,
+                hint="a cycle refreshes to a fixpoint only through joins, filters, projections and UNION ALL")
 
 
 def mode_choice(mode: str, blockers: list[str]) -> tuple[str, str | None]:

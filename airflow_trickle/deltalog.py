@@ -81,6 +81,32 @@ def changed_rows(location: str, after_version: int, up_to_version: int, storage_
     return total
 
 
+#: Operations that never change a table's rows.
+_NO_DATA_OPERATIONS = {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "FSCK"}
+
+
+def only_empty_commits(location: str, after_version: int, up_to_version: int,
+                       storage_options: dict | None = None) -> bool:
+    """True when no commit in ``(after_version, up_to_version]`` changed a row.
+
+    A refresh that found nothing still commits its (empty) MERGE; a reader of that stream table
+    can then skip the window without reading its change feed.  Anything unrecognised counts as
+    a change.
+    """
+    commits = commit_operations(location, after_version + 1, up_to_version, storage_options)
+    if len(commits) != up_to_version - after_version:
+        return False
+    for commit in commits:
+        operation = str(commit.get("operation") or "")
+        if operation in _NO_DATA_OPERATIONS:
+            continue
+        metrics = commit.get("operationMetrics") or {}
+        keys = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+        if operation != "MERGE" or any(k not in metrics for k in keys) or any(int(metrics[k]) for k in keys):
+            return False
+    return True
+
+
 def row_count(location: str, storage_options: dict | None = None) -> int:
     """Rows in the newest version, from the file statistics in the log (deleted-row vectors not
     subtracted: an estimate for ratios, not a count)."""

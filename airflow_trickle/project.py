@@ -62,7 +62,7 @@ class StreamTableSpec:
     #: Duration or cron text; ``None`` is CALCULATED (inherit the tightest downstream cadence).
     schedule: str | None
     refresh_mode: str
-    diamond_consistency: str = "atomic"
+    diamond_consistency: str = "none"
     diamond_schedule_policy: str = "fastest"
     #: Explicit freshness target; ``None`` means the default (twice the effective period).
     freshness: timedelta | None = None
@@ -315,7 +315,7 @@ def _stream_table(entry: Any, index: int, defaults: dict, base_dir: Path) -> Str
                 f"cannot be maintained in DIFFERENTIAL mode: non-deterministic function {fn}()",
                 construct=f"{fn}()", stream_table=qualified,
                 hint="use refresh_mode FULL (recompute each refresh) or AUTO")
-    consistency = _choice(entry, defaults, "diamond_consistency", DIAMOND_CONSISTENCY, "atomic", qualified)
+    consistency = _choice(entry, defaults, "diamond_consistency", DIAMOND_CONSISTENCY, "none", qualified)
     policy = _choice(entry, defaults, "diamond_schedule_policy", DIAMOND_SCHEDULE_POLICIES, "fastest", qualified)
     freshness = None
     if entry.get("freshness") not in (None, ""):

@@ -79,8 +79,10 @@ def check_tables(tr) -> dict:
         expected = tr.spark.sql(pinned_query_sql(tr, st, st.frontier))
         matches = stored.exceptAll(expected).count() == 0 and expected.exceptAll(stored).count() == 0
         rows = sorted((json.dumps(r.asDict(), default=str, sort_keys=True) for r in stored.collect()))
+        history = tr.history(st.name, limit=12)
         report[st.name] = {"matches_query": matches, "rows": [json.loads(r) for r in rows],
-                           "last_actions": [h.action for h in tr.history(st.name, limit=4)]}
+                           "last_actions": [h.action for h in history if h.status != "ALERT"][:4],
+                           "alerts": [h.reason for h in history if h.status == "ALERT"]}
     return report
 
 
@@ -128,6 +130,8 @@ def main() -> int:
               f"last actions {info['last_actions']}")
         for row in info["rows"]:
             print("  ", row)
+        for alert in info["alerts"]:
+            print("   ALERT:", alert)
     if args.report:
         Path(args.report).write_text(json.dumps({"runs": runs, "refused": refused, "tables": tables}, indent=1))
     ok = all(r["state"].endswith("success") for r in runs) and refused and all(

@@ -74,6 +74,7 @@ class Workload:
         self.sources = sources
         self.key_of = key_of  # table -> (key column, column moved by "move")
         self.queries: dict[str, str] = {}
+        self.modes: dict[str, str] = {}
         for name, ddl in sources.items():
             tr.sql(f"CREATE TABLE {db}.{name} ({ddl}) USING delta")
 
@@ -86,6 +87,7 @@ class Workload:
         query = query.format(db=self.db)
         st = self.tr.create_stream_table(f"{self.db}.{name}", query, refresh_mode=mode, schedule=None)
         self.queries[f"{self.db}.{name}"] = query
+        self.modes[f"{self.db}.{name}"] = mode
         self.check(f"{self.db}.{name}")
         return st
 
@@ -108,8 +110,9 @@ class Workload:
         for name in self.queries:
             result = self.tr.refresh_stream_table(name)
             assert result.status == "COMPLETED", result
-            if result.action not in ("NO_DATA", "DIFFERENTIAL"):
-                raise AssertionError(f"{name}: expected a differential refresh, got {result.action}: {result.reason}")
+            expected = "FULL" if self.modes[name] == "FULL" else "DIFFERENTIAL"
+            if result.action not in ("NO_DATA", expected):
+                raise AssertionError(f"{name}: expected a {expected} refresh, got {result.action}: {result.reason}")
             self.check(name)
 
     def check(self, name: str) -> None:

@@ -22,7 +22,7 @@ KEYS = {"o": ("id", "cid"), "c": ("id", "region"), "x": ("k", "v")}
 STRATEGIES = {"o": order_rows, "c": customer_rows, "x": limit_rows}
 
 
-def workload(tr, db, tables, stream_tables):
+def workload(tr, db, tables, stream_tables, modes=None):
     load = Workload(tr, db, {t: {"o": ORDERS, "c": CUSTOMERS, "x": LIMITS}[t] for t in tables},
                     {t: KEYS[t] for t in tables})
     seed = {
@@ -34,7 +34,7 @@ def workload(tr, db, tables, stream_tables):
     for table in tables:
         load.insert(table, seed[table])
     for name, query in stream_tables.items():
-        load.stream_table(name, query)
+        load.stream_table(name, query, (modes or {}).get(name, "DIFFERENTIAL"))
     return load
 
 
@@ -46,6 +46,25 @@ def drive(load, tables):
         load.refresh_all()
 
     run()
+
+
+def test_stream_tables_over_stream_tables(tr, db):
+    """Chains, diamonds and mixed sources, refreshed upstream first in each batch (seed 000)."""
+    tables = ["o", "c"]
+    load = workload(tr, db, tables, {
+        # a chain of depth 3; s2 reads a stream table and a base table that change together (ΔL⋈ΔR)
+        "s1": "SELECT id, cid, amount FROM {db}.o WHERE amount IS NULL OR amount > 2",
+        "s2": "SELECT s1.id, s1.amount, c.region FROM {db}.s1 s1 JOIN {db}.c c ON s1.cid = c.id",
+        "s3": "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM {db}.s2 GROUP BY region",
+        # a diamond whose two branches both join the same changed base table
+        "lhs": "SELECT o.id, o.amount, c.region FROM {db}.o o JOIN {db}.c c ON o.cid = c.id",
+        "rhs": "SELECT c.region, COUNT(*) AS n FROM {db}.o o JOIN {db}.c c ON o.cid = c.id GROUP BY c.region",
+        "meet": "SELECT l.id, l.amount, r.region, r.n FROM {db}.lhs l JOIN {db}.rhs r ON l.region = r.region",
+        # a FULL upstream (applied as a diff) under a DIFFERENTIAL downstream
+        "full_up": "SELECT cid, MAX(amount) AS top FROM {db}.o GROUP BY cid",
+        "full_down": "SELECT f.cid, f.top, s.id FROM {db}.full_up f JOIN {db}.s1 s ON f.cid = s.cid",
+    }, modes={"full_up": "FULL"})
+    drive(load, tables)
 
 
 def test_scan_filter_project_and_union_all(tr, db):

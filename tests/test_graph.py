@@ -65,3 +65,40 @@ def test_group_schedule_policy():
     assert group_period(periods, "slowest") == timedelta(minutes=5)
     with pytest.raises(ValueError):
         group_period(periods, "sometimes")
+
+
+def test_refresh_units_stay_acyclic_when_diamonds_merge():
+    """Collapsing each group into one task must never create a cycle between tasks (seeded random DAGs)."""
+    import random
+
+    import networkx as nx
+
+    rng = random.Random(1)
+    for _ in range(1000):
+        n = rng.randint(4, 9)
+        edges = []
+        for i in range(n):
+            parents = rng.sample(["s0", "s1"] + [f"t{j}" for j in range(i)], k=min(rng.randint(1, 2), i + 2))
+            edges += [(p, f"t{i}") for p in parents]
+        graph = build_graph(edges, stream_tables=[f"t{i}" for i in range(n)])
+        atomic = {f"t{i}" for i in range(n) if rng.random() < 0.5}
+        groups = consistency_groups(graph, atomic=atomic)
+        unit_of = {m: i for i, g in enumerate(groups) for m in g.members}
+        assert sorted(unit_of) == sorted(f"t{i}" for i in range(n))
+        units = nx.DiGraph()
+        units.add_nodes_from(range(len(groups)))
+        units.add_edges_from((unit_of[a], unit_of[b]) for a, b in graph.edges if a in unit_of and unit_of[a] != unit_of[b])
+        assert nx.is_directed_acyclic_graph(units), groups
+        for group in groups:  # members stay in refresh order
+            assert group.members == [m for m in topological_order(graph) if m in group.members]
+
+
+def test_two_atomic_groups_that_feed_each_other_become_one_unit():
+    # {t0, t2, t6} converges at t6 and {t1, t3, t4} at t4, but t1 -> t2 and t0 -> t3 cross between
+    # them: as two tasks each would wait for the other.
+    edges = [("s1", "t0"), ("s0", "t1"), ("t1", "t2"), ("s1", "t2"), ("s0", "t3"), ("t0", "t3"), ("t3", "t4"),
+             ("t1", "t4"), ("t0", "t5"), ("t0", "t6"), ("t2", "t6")]
+    graph = build_graph(edges, stream_tables=[f"t{i}" for i in range(7)])
+    groups = consistency_groups(graph, atomic={"t4", "t6"})
+    assert [g.members for g in groups] == [["t0", "t1", "t2", "t3", "t4", "t6"], ["t5"]]
+    assert groups[0].convergence_points == ["t4", "t6"]

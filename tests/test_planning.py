@@ -67,7 +67,7 @@ def test_atomic_group_fires_on_its_policy():
             {"name": "s.b", "query": "SELECT * FROM s.a", "schedule": "1m"},
             {"name": "s.c", "query": "SELECT * FROM s.a", "schedule": "10m"},
             {"name": "s.d", "query": "SELECT * FROM s.b JOIN s.c USING (k)", "schedule": "10m",
-             "diamond_schedule_policy": policy}])
+             "diamond_consistency": "atomic", "diamond_schedule_policy": policy}])
 
     last = {"s.b": NOW - timedelta(minutes=2), "s.c": NOW - timedelta(minutes=2), "s.d": NOW - timedelta(minutes=2)}
     fastest = diamond("fastest")

@@ -126,9 +126,9 @@ def test_yaml_and_python_forms_are_equivalent(tmp_path):
     assert from_yaml.periods["s.b"] is None and from_yaml.freshness_target("s.b") is None
 
 
-def test_non_atomic_diamond_gives_one_unit_per_table():
+def test_diamond_is_one_unit_only_when_atomic():
     tables = [{"name": "s.b", "query": "SELECT * FROM s.a"}, {"name": "s.c", "query": "SELECT * FROM s.a"},
               {"name": "s.d", "query": "SELECT * FROM s.b JOIN s.c USING (k)"}]
+    assert not [u for u in project(*tables).units if u.is_group]  # default: none
+    tables[2]["diamond_consistency"] = "atomic"
     assert [u.members for u in project(*tables).units if u.is_group] == [("s.b", "s.c", "s.d")]
-    tables[2]["diamond_consistency"] = "none"
-    assert not [u for u in project(*tables).units if u.is_group]

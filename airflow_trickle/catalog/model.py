@@ -25,6 +25,10 @@ def _schemas():
             ("source_location", pa.string()), ("columns_used", pa.list_(pa.string())), ("cdc_mode", pa.string()),
             ("schema_fingerprint", pa.string()),
         ]),
+        "consistency_groups": pa.schema([
+            ("name", pa.string()), ("members", pa.list_(pa.string())), ("convergence_points", pa.list_(pa.string())),
+            ("epoch", pa.int64()), ("last_status", pa.string()), ("last_error", pa.string()), ("updated_at", ts),
+        ]),
         "refresh_history": pa.schema([
             ("refresh_id", pa.string()), ("st_name", pa.string()), ("seq", pa.int64()), ("action", pa.string()),
             ("status", pa.string()), ("rows_inserted", pa.int64()), ("rows_deleted", pa.int64()),
@@ -33,6 +37,19 @@ def _schemas():
             ("frontier_to", pa.string()), ("data_timestamp", ts),
         ]),
     }
+
+
+@dataclass
+class GroupState:
+    """An atomic consistency group's epoch: how many attempts of the whole group succeeded."""
+
+    name: str
+    members: list[str]
+    convergence_points: list[str]
+    epoch: int = 0
+    last_status: str | None = None  # COMPLETED | ROLLED_BACK
+    last_error: str | None = None
+    updated_at: datetime | None = None
 
 
 #: Fields stored as JSON text.

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import asdict
 from typing import Callable, Iterable
 
-from airflow_trickle.catalog.model import Dependency, RefreshRecord, StreamTable, _schemas, utcnow
+from airflow_trickle.catalog.model import Dependency, GroupState, RefreshRecord, StreamTable, _schemas, utcnow
 from airflow_trickle.errors import CatalogError
 
-TABLES = ("stream_tables", "dependencies", "refresh_history")
+TABLES = ("stream_tables", "dependencies", "refresh_history", "consistency_groups")
 
 #: Compact a catalog table once it holds more data files than this.
 _COMPACT_AFTER_FILES = 64
@@ -117,6 +118,27 @@ class CatalogStore:
             self._append("dependencies", [d.to_row() for d in dependencies], f"register dependencies of {st.name}")
         self._append("stream_tables", [st.to_row()], f"register {st.name}")
 
+    def replace(self, st: StreamTable, dependencies: list[Dependency]) -> None:
+        """Replace a stream table's row and its dependencies (ALTER of the defining query).
+
+        Three commits (old edges out, new edges in, the row), not one: an ALTER interrupted
+        between them must be repeated, which rebuilds the storage and rewrites all three.
+        """
+        literal = _literal(st.name)
+        old_sources = {d.source_name for d in self.dependencies(st.name)}
+        self._retry(lambda: self._table("dependencies").delete(f"st_name = '{literal}'"),
+                    what=f"unregister dependencies of {st.name}")
+        if dependencies:
+            self._append("dependencies", [d.to_row() for d in dependencies], f"register dependencies of {st.name}")
+        st.updated_at = utcnow()
+
+        def attempt() -> None:
+            (self._table("stream_tables").merge(self._arrow("stream_tables", [st.to_row()]), "t.name = s.name",
+                                                source_alias="s", target_alias="t")
+             .when_matched_update_all().when_not_matched_insert_all().execute())
+
+        self._retry(attempt, what=f"replace {st.name} (was reading {sorted(old_sources)})")
+
     def update(self, name: str, change: Callable[[StreamTable], None]) -> StreamTable:
         """Apply ``change`` to the stored row of ``name`` and write it back (retried on conflict)."""
 
@@ -150,7 +172,41 @@ class CatalogStore:
         filters = [("st_name", "=", name)] if name is not None else None
         return [Dependency.from_row(r) for r in self._rows("dependencies", filters)]
 
+    # -- consistency groups -------------------------------------------------------------------
+
+    def groups(self) -> list[GroupState]:
+        return sorted((GroupState(**r) for r in self._rows("consistency_groups")), key=lambda g: g.name)
+
+    def record_group_attempt(self, name: str, members: list[str], convergence_points: list[str], *,
+                             succeeded: bool, error: str | None = None) -> GroupState:
+        """Count a finished attempt of a group: its epoch advances only when it succeeded."""
+
+        def attempt() -> GroupState:
+            table = self._table("consistency_groups")
+            rows = table.to_pyarrow_table(filters=[("name", "=", name)]).to_pylist()
+            state = GroupState(**rows[0]) if rows else GroupState(name, members, convergence_points)
+            state.members, state.convergence_points = list(members), list(convergence_points)
+            state.epoch += 1 if succeeded else 0
+            state.last_status = "COMPLETED" if succeeded else "ROLLED_BACK"
+            state.last_error = None if succeeded else error
+            state.updated_at = utcnow()
+            (table.merge(self._arrow("consistency_groups", [asdict(state)]), "t.name = s.name",
+                         source_alias="s", target_alias="t")
+             .when_matched_update_all().when_not_matched_insert_all().execute())
+            return state
+
+        result = self._retry(attempt, what=f"record attempt of group {name}")
+        self._maybe_compact("consistency_groups")
+        return result
+
     # -- history ------------------------------------------------------------------------------
+
+    def set_schema_fingerprint(self, st_name: str, source_name: str, fingerprint: str) -> None:
+        """Remember the schema of ``source_name`` that ``st_name`` was last built against."""
+        predicate = f"st_name = '{_literal(st_name)}' AND source_name = '{_literal(source_name)}'"
+        self._retry(lambda: self._table("dependencies").update(new_values={"schema_fingerprint": fingerprint},
+                                                               predicate=predicate),
+                    what=f"update schema fingerprint of {source_name} for {st_name}")
 
     def append_history(self, record: RefreshRecord) -> None:
         self._append("refresh_history", [record.to_row()], f"record refresh of {record.st_name}")
@@ -160,6 +216,10 @@ class CatalogStore:
         rows = [RefreshRecord.from_row(r) for r in self._rows("refresh_history", filters)]
         rows.sort(key=lambda r: (r.start_time or utcnow(), r.end_time or utcnow()), reverse=True)
         return rows[:limit]
+
+
+def _literal(text: str) -> str:
+    return text.replace("'", "''")
 
 
 def _is_conflict(err: BaseException) -> bool:

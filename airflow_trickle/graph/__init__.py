@@ -3,11 +3,19 @@
 Nodes are qualified table names; an edge ``a -> b`` means ``b`` reads ``a``.  Nothing here
 imports Airflow or Spark.
 """
-from airflow_trickle.graph.dependencies import build_graph, downstream_of, find_cycle, topological_order, upstream_of
+from airflow_trickle.graph.dependencies import (
+    build_graph,
+    cycle_members,
+    downstream_of,
+    find_cycle,
+    topological_order,
+    upstream_of,
+)
 from airflow_trickle.graph.diamonds import ConsistencyGroup, Diamond, consistency_groups, find_diamonds
 from airflow_trickle.graph.schedules import effective_periods, group_period
 
 __all__ = [
-    "ConsistencyGroup", "Diamond", "build_graph", "consistency_groups", "downstream_of", "effective_periods",
+    "ConsistencyGroup", "Diamond", "build_graph", "consistency_groups", "cycle_members", "downstream_of",
+    "effective_periods",
     "find_cycle", "find_diamonds", "group_period", "topological_order", "upstream_of",
 ]

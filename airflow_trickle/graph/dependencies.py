@@ -38,8 +38,22 @@ def find_cycle(graph: nx.DiGraph) -> list[str] | None:
 
 
 def topological_order(graph: nx.DiGraph, nodes: Iterable[str] | None = None) -> list[str]:
-    """Nodes in refresh order (upstream first), ties broken by name for stable output."""
-    order = list(nx.lexicographical_topological_sort(graph))
+    """Nodes in refresh order (upstream first), ties broken by name for stable output.
+
+    In a graph with (allowed, monotone) cycles, the members of each cycle come together, in
+    name order, where the cycle as a whole belongs.
+
+    >>> topological_order(build_graph([("s", "a"), ("a", "b"), ("b", "a"), ("b", "c")]))
+    ['s', 'a', 'b', 'c']
+    """
+    if nx.is_directed_acyclic_graph(graph):
+        order = list(nx.lexicographical_topological_sort(graph))
+    else:
+        condensed = nx.condensation(graph)
+        members = condensed.graph["mapping"]
+        label = {c: min(n for n, m in members.items() if m == c) for c in condensed}
+        order = [n for c in nx.lexicographical_topological_sort(condensed, key=lambda c: label[c])
+                 for n in sorted(n for n, m in members.items() if m == c)]
     if nodes is None:
         return order
     wanted = set(nodes)
@@ -52,3 +66,15 @@ def upstream_of(graph: nx.DiGraph, name: str) -> set[str]:
 
 def downstream_of(graph: nx.DiGraph, name: str) -> set[str]:
     return nx.descendants(graph, name) if name in graph else set()
+
+
+def cycle_members(graph: nx.DiGraph, name: str) -> list[str]:
+    """The stream tables on a cycle with ``name`` (its strongly connected set), or ``[]``.
+
+    >>> cycle_members(build_graph([("s", "a"), ("a", "b"), ("b", "a")]), "b")
+    ['a', 'b']
+    """
+    for component in nx.strongly_connected_components(graph):
+        if name in component and len(component) > 1:
+            return topological_order(graph.subgraph(component).copy())
+    return []

@@ -60,7 +60,8 @@ def find_diamonds(graph: nx.DiGraph) -> list[Diamond]:
     for node in topological_order(graph):
         if not _is_stream_table(graph, node):
             continue
-        parents = sorted(graph.predecessors(node))
+        # a fan-in of stream tables (seed 002 §13); a base table read at its own version adds no split
+        parents = sorted(p for p in graph.predecessors(node) if _is_stream_table(graph, p))
         if len(parents) < 2:
             continue
         branches = {p: nx.ancestors(graph, p) | {p} for p in parents}
@@ -102,6 +103,18 @@ def consistency_groups(graph: nx.DiGraph, atomic: set[str] | None = None) -> lis
         for other in members[1:]:
             parent[root(other)] = root(members[0])
         convergence.setdefault(diamond.convergence, set())
+    # Collapsing a group into one unit must keep the units acyclic: a stream table outside the
+    # group that lies on a path between two members (possible once overlapping diamonds merged)
+    # would depend on the group and the group on it.  Merge every strongly connected set of the
+    # unit graph into one unit; the units' graph is then the condensation, which is acyclic.
+    units = nx.DiGraph()
+    units.add_nodes_from(root(n) for n in order)
+    units.add_edges_from((root(a), root(b)) for a, b in graph.edges if a in parent and b in parent
+                         and root(a) != root(b))
+    for component in nx.strongly_connected_components(units):
+        first, *rest = sorted(component)
+        for other in rest:
+            parent[root(other)] = root(first)
     groups: dict[str, list[str]] = {}
     for node in order:
         groups.setdefault(root(node), []).append(node)

@@ -104,6 +104,9 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
         self._check_connection()
         self.application_args = ["--spec", json.dumps(project.to_job_spec(needing)), "--tables", ",".join(needing),
                                  "--mode", selection.mode, "--initiated-by", tag]
+        if unit.is_group:
+            self.application_args += ["--group", json.dumps({"members": list(unit.members),
+                                                             "convergence_points": list(unit.convergence_points)})]
         self.conf = {**self._session_conf(), **(self.conf or {})}
         self.env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                          **(self.env_vars or {})}

@@ -12,6 +12,7 @@ same refresh number is skipped by Delta.  Nothing is applied twice, nothing is l
 """
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -93,29 +94,60 @@ def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None
     try:
         current = source_versions(env, name)
         action, reason = choose_action(st, current, requested)
+        if action == "DIFFERENTIAL" and requested is None and _only_empty_commits(env, st, current):
+            action, reason = "NO_DATA", "the new source versions changed no rows"
         if recovered:
             reason = f"{reason}; {recovered}" if reason else recovered
         if action == "NO_DATA":
-            env.catalog.update(name, lambda row: _mark_fresh(row, start_time))
+            def fresh(row: StreamTable) -> None:
+                _mark_fresh(row, start_time)
+                row.frontier = current  # versions without changes are consumed
+
+            env.catalog.update(name, fresh)
             return finish("NO_DATA", "COMPLETED", reason, seq=st.refresh_seq, frontier=current)
         if cheap_only:
             return None
         applied = apply_refresh(env, st, action, current, refresh_id=refresh_id, data_timestamp=start_time)
     except TrickleError as err:
         message = str(err)
-        _record_failure(env, st, lambda: finish(action or "NONE", "FAILED", None, error=message))
+        if _record_failure(env, st, message, lambda: finish(action or "NONE", "FAILED", None, error=message)):
+            raise RefreshError(f"{err.cause}; {_suspended(env)}", stream_table=name, hint=err.hint) from err
         raise
     except Exception as err:  # noqa: BLE001 - wrapped with the stream table's name
         failure = RefreshError(f"{(action or 'refresh').lower()} refresh failed: {_short(err)}", stream_table=name)
-        _record_failure(env, st, lambda: finish(action or "NONE", "FAILED", None, error=str(failure)))
+        if _record_failure(env, st, str(failure), lambda: finish(action or "NONE", "FAILED", None,
+                                                                 error=str(failure))):
+            failure = RefreshError(f"{failure.cause}; {_suspended(env)}", stream_table=name)
         raise failure from err
     action = applied.pop("action")
     return finish(action, "COMPLETED", applied.pop("reason", None) or reason, **applied)
 
 
 def source_versions(env: Environment, name: str) -> dict[str, int]:
-    """The newest version of every source of ``name`` (read from the Delta logs, no Spark)."""
-    return {dep.source_name: latest_version(dep.source_location) for dep in env.catalog.dependencies(name)}
+    """The version of every source of ``name`` a refresh reads now (Delta logs, no Spark).
+
+    A base table is read at its newest version.  An upstream stream table is read at the
+    version its latest refresh committed (delayed view semantics, seed 002 §6): never at an
+    intermediate commit such as the empty table a REINITIALIZE replaces its storage with.
+    """
+    versions = {}
+    for dep in env.catalog.dependencies(name):
+        version = None
+        if dep.source_type == "STREAM_TABLE":
+            version = next((r["version"] for r in recorded_refreshes(dep.source_location, limit=5)), None)
+        versions[dep.source_name] = latest_version(dep.source_location) if version is None else version
+    return versions
+
+
+def _only_empty_commits(env: Environment, st: StreamTable, current: dict[str, int]) -> bool:
+    from airflow_trickle.deltalog import only_empty_commits
+
+    locations = {dep.source_name: dep.source_location for dep in env.catalog.dependencies(st.name)}
+    try:
+        return all(only_empty_commits(locations[source], st.frontier[source], version)
+                   for source, version in current.items() if version != st.frontier.get(source))
+    except Exception:  # noqa: BLE001 - unknown: read the change feed
+        return False
 
 
 def choose_action(st: StreamTable, current: dict[str, int], requested: str | None) -> tuple[str, str | None]:
@@ -143,6 +175,11 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
     seq = st.refresh_seq + 1
     reason = None
     merge_sql = None
+    if action != "REINITIALIZE":
+        changed = _source_schema_change(env, st)
+        if changed:
+            env.catalog.update(st.name, lambda row: setattr(row, "needs_reinit", True))
+            action, reason = "REINITIALIZE", changed
     if action == "DIFFERENTIAL":
         too_many = _change_ratio_exceeded(env, st, current)
         merge_sql, fallback = (None, too_many) if too_many else differential_merge(env, st, current)
@@ -152,16 +189,24 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
         _reinitialize_storage(env, st)
     metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
+
+    def commit(sql: str):
+        with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
+            return env.spark.sql(sql).first()
+
     try:
-        with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
-            metrics = env.spark.sql(merge_sql or full_refresh_sql(env, st, current)).first()
-    except Exception as err:  # noqa: BLE001 - only an unreadable change feed is recovered here
-        if merge_sql is None or not _change_feed_unavailable(err):
+        metrics = with_retries(env, lambda: commit(merge_sql or full_refresh_sql(env, st, current)))
+    except Exception as err:  # noqa: BLE001 - only an unreadable change feed or a change-row error is recovered
+        if merge_sql is None or not (_change_feed_unavailable(err) or _evaluation_error(err)):
             raise
-        action, reason = "FULL", f"change feed unavailable ({_short(err)[:200]}); recomputed"
+        if _evaluation_error(err):
+            # Spark may evaluate an expression on change rows that cancel out (or on rows the
+            # plan filters later); the FULL recompute evaluates only the current rows.
+            action, reason = "FULL", f"the delta failed to evaluate ({_short(err)[:200]}); recomputed"
+        else:
+            action, reason = "FULL", f"change feed unavailable ({_short(err)[:200]}); recomputed"
         metadata["action"] = action
-        with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
-            metrics = env.spark.sql(full_refresh_sql(env, st, current)).first()
+        metrics = with_retries(env, lambda: commit(full_refresh_sql(env, st, current)))
     if metrics is None:  # Delta skipped the commit: this (table, refresh number) already landed
         inserted = deleted = 0
         reason = "this refresh's commit had already landed; skipped by its transaction id"
@@ -170,6 +215,8 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
         inserted = int(metrics["num_inserted_rows"] or 0) + updated
         deleted = int(metrics["num_deleted_rows"] or 0) + updated
     table_version = latest_version(st.location)
+    if action == "REINITIALIZE":
+        _remember_source_schemas(env, st)
 
     def record(row: StreamTable) -> None:
         row.frontier, row.refresh_seq, row.is_populated, row.needs_reinit = current, seq, True, False
@@ -179,6 +226,79 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
     env.catalog.update(st.name, record)
     return {"action": action, "reason": reason, "rows_inserted": inserted, "rows_deleted": deleted, "seq": seq,
             "frontier": current, "table_version": table_version}
+
+
+#: Exception names and messages of errors worth retrying: a concurrent Delta commit, transient I/O.
+_RETRYABLE = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
+              "ConcurrentTransactionException", "MetadataChangedException", "ProtocolChangedException",
+              "ConcurrentModificationException", "DELTA_CONCURRENT_", "SocketTimeoutException",
+              "Connection reset", "Too many requests", "SlowDown")
+
+
+def is_retryable(err: BaseException) -> bool:
+    text = f"{type(err).__name__}: {err}"
+    return any(marker in text for marker in _RETRYABLE)
+
+
+def with_retries(env: Environment, action):
+    """Run ``action``; retry a retryable error with exponential backoff and jitter.
+
+    Safe for refresh commits: a retry recomputes the change against the same frontier under the
+    same transaction id, so a commit that did land is skipped, never applied twice.
+    """
+    attempts = max(1, int(env.config.refresh_attempts))
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except Exception as err:  # noqa: BLE001 - classified here
+            if attempt == attempts or not is_retryable(err):
+                raise
+            time.sleep(env.config.retry_backoff_seconds * 2 ** (attempt - 1) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def _source_schema_change(env: Environment, st: StreamTable) -> str | None:
+    """Why ``st`` must be reinitialized because a source's schema changed, or None.
+
+    A changed schema that leaves the query's output as it was (an unused column added, say) is
+    remembered and ignored; one that changes the output's columns or types needs REINITIALIZE;
+    one that removes a column the query uses cannot be refreshed at all.
+    """
+    from airflow_trickle.definition import _visible_columns, schema_fingerprint
+
+    changed = []
+    for dep in env.catalog.dependencies(st.name):
+        columns = _visible_columns(env.spark, dep.source_name)
+        fingerprint = schema_fingerprint(columns)
+        if dep.schema_fingerprint in (None, fingerprint):
+            continue
+        names = {c for c, _ in columns}
+        missing = [c for c in (dep.columns_used or []) if c not in names]
+        if missing:
+            env.catalog.update(st.name, lambda row: setattr(row, "needs_reinit", True))
+            raise RefreshError(f"source '{dep.source_name}' no longer has column(s) {', '.join(missing)} that the "
+                               "defining query uses", stream_table=st.name,
+                               hint="restore the column, or drop and recreate the stream table")
+        changed.append((dep, fingerprint))
+    if not changed:
+        return None
+    output = [(f.name, f.dataType.simpleString()) for f in env.spark.sql(pinned_query_sql(env, st, {})).schema.fields]
+    stored = [(f.name, f.dataType.simpleString()) for f in env.spark.table(quote_name(st.name)).schema.fields
+              if f.name in st.output_columns]
+    names = ", ".join(dep.source_name for dep, _ in changed)
+    if output != stored:
+        return f"source schema changed ({names}); the output columns change: {stored} -> {output}"
+    for dep, fingerprint in changed:
+        env.catalog.set_schema_fingerprint(st.name, dep.source_name, fingerprint)
+    return None
+
+
+def _remember_source_schemas(env: Environment, st: StreamTable) -> None:
+    from airflow_trickle.definition import _visible_columns, schema_fingerprint
+
+    for dep in env.catalog.dependencies(st.name):
+        env.catalog.set_schema_fingerprint(st.name, dep.source_name,
+                                           schema_fingerprint(_visible_columns(env.spark, dep.source_name)))
 
 
 def full_refresh_sql(env: Environment, st: StreamTable, current: dict[str, int]) -> str:
@@ -213,6 +333,15 @@ def _change_ratio_exceeded(env: Environment, st: StreamTable, current: dict[str,
     return None
 
 
+def _evaluation_error(err: Exception) -> bool:
+    """A data-dependent expression error (ANSI mode): division by zero, overflow, a bad cast."""
+    text = str(err)
+    return any(marker in text for marker in (
+        "DIVIDE_BY_ZERO", "ARITHMETIC_OVERFLOW", "CAST_INVALID_INPUT", "CAST_OVERFLOW", "NUMERIC_VALUE_OUT_OF_RANGE",
+        "INVALID_ARRAY_INDEX", "DATETIME_OVERFLOW", "SparkArithmeticException", "SparkNumberFormatException",
+    ))
+
+
 def _change_feed_unavailable(err: Exception) -> bool:
     text = str(err)
     return any(marker in text for marker in (
@@ -240,7 +369,9 @@ def recover_frontier(env: Environment, st: StreamTable) -> tuple[StreamTable, st
     refresh behind; the frontier in the data commit is the truth.
     """
     records = [r for r in recorded_refreshes(st.location) if isinstance(r.get("seq"), int)]
-    newest = max(records, key=lambda r: r["seq"], default=None)
+    # the newest commit decides: after a group rollback, a RESTORE commit (carrying the restored
+    # frontier under a higher number) supersedes the refresh it undid
+    newest = max(records, key=lambda r: r["version"], default=None)
     if newest is None or newest["seq"] <= st.refresh_seq:
         return st, None
 
@@ -273,20 +404,38 @@ def _mark_fresh(row: StreamTable, data_timestamp) -> None:
     row.last_refresh_at = utcnow()
 
 
-def _record_failure(env: Environment, st: StreamTable, record_history) -> None:
-    """Count the failure (suspending the table at ``max_consecutive_errors``) and log it."""
+def _record_failure(env: Environment, st: StreamTable, message: str, record_history) -> bool:
+    """Count the failure and log it; at ``max_consecutive_errors`` suspend the table (status
+    ERROR) and raise an alert: a ``SUSPEND`` row with status ``ALERT`` in the history.
+
+    Returns True when this failure suspended the table.
+    """
     limit = env.config.max_consecutive_errors
+    suspended = []
 
     def count(row: StreamTable) -> None:
         row.consecutive_errors += 1
-        if row.consecutive_errors >= limit:
+        if row.consecutive_errors >= limit and row.status == "ACTIVE":
             row.status = "ERROR"
+            suspended.append(row.consecutive_errors)
 
     try:
         env.catalog.update(st.name, count)
         record_history()
+        if suspended:
+            now = utcnow()
+            env.catalog.append_history(RefreshRecord(
+                refresh_id=uuid.uuid4().hex, st_name=st.name, seq=st.refresh_seq, action="SUSPEND", status="ALERT",
+                start_time=now, end_time=now, reason=_suspended(env), error_message=message, initiated_by="ENGINE",
+                frontier_from=st.frontier, frontier_to=st.frontier))
     except Exception:  # noqa: BLE001 - never hide the refresh error behind a bookkeeping error
         pass
+    return bool(suspended)
+
+
+def _suspended(env: Environment) -> str:
+    return (f"suspended after {env.config.max_consecutive_errors} consecutive failures; "
+            "alter_stream_table(status='ACTIVE') resumes it")
 
 
 def _requested_mode(mode: str | None, name: str) -> str | None:

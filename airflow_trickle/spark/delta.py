@@ -39,16 +39,18 @@ def table_properties(spark, name: str) -> dict[str, str]:
 
 
 @contextmanager
-def refresh_commit(spark, *, metadata: dict, txn_app_id: str, txn_version: int) -> Iterator[None]:
+def refresh_commit(spark, *, metadata: dict, txn_app_id: str | None, txn_version: int | None) -> Iterator[None]:
     """Make the next Delta commit of this session carry ``metadata`` and an idempotent txn id.
 
     A commit replayed with the same ``(txn_app_id, txn_version)`` is skipped by Delta, so a
-    refresh retried after its commit landed cannot apply its changes twice.
+    refresh retried after its commit landed cannot apply its changes twice.  ``txn_app_id=None``
+    tags the commit with ``metadata`` only (a RESTORE takes no transaction id).
     """
     conf = spark.conf
     conf.set(_CONF_USER_METADATA, json.dumps({COMMIT_KEY: metadata}, sort_keys=True, default=str))
-    conf.set(_CONF_TXN_APP, txn_app_id)
-    conf.set(_CONF_TXN_VERSION, str(int(txn_version)))
+    if txn_app_id is not None:
+        conf.set(_CONF_TXN_APP, txn_app_id)
+        conf.set(_CONF_TXN_VERSION, str(int(txn_version)))
     try:
         yield
     finally:

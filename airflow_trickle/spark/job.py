@@ -3,8 +3,8 @@
 It runs inside the Spark driver (the session comes from spark-submit's configuration), so it
 works the same on ``local[*]`` and on a cluster.  For each stream table named, in order, it
 makes the catalog match the project (creating the stream table on first use) and refreshes it.
-The members of an atomic diamond group are named together and refreshed in topological order;
-the first failure stops the job, and the members after it are not refreshed.
+The members of an atomic diamond group are named together (``--group``) and refreshed in
+topological order, all or nothing (:mod:`airflow_trickle.refresh.group`).
 
 Each outcome is printed as one ``TRICKLE_RESULT {json}`` line; the Airflow task reads the same
 facts back from the catalog history, so nothing depends on capturing the driver's output.
@@ -26,6 +26,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tables", required=True, help="comma-separated stream tables, refreshed in this order")
     parser.add_argument("--mode", default="AUTO", help="AUTO, FULL, DIFFERENTIAL or REINITIALIZE")
     parser.add_argument("--initiated-by", default="AIRFLOW", help="recorded in each history row")
+    parser.add_argument("--group", default=None,
+                        help="JSON {members, convergence_points} of the atomic group the tables belong to")
     return parser.parse_args(argv)
 
 
@@ -59,20 +61,35 @@ def ensure_stream_table(tr, spec: dict, *, initiated_by: str) -> bool:
 def _options(spec: dict) -> dict:
     from airflow_trickle.schedule import parse_schedule
 
-    options = {"diamond_consistency": spec.get("diamond_consistency", "atomic"),
+    options = {"diamond_consistency": spec.get("diamond_consistency", "none"),
                "diamond_schedule_policy": spec.get("diamond_schedule_policy", "fastest")}
     if spec.get("freshness"):
         options["freshness_seconds"] = int(parse_schedule(spec["freshness"]).every.total_seconds())
     return options
 
 
-def run(tr, spec: dict, tables: list[str], *, mode: str, initiated_by: str) -> list[dict]:
-    """Ensure and refresh ``tables`` in order; returns one outcome per table refreshed."""
+def run(tr, spec: dict, tables: list[str], *, mode: str, initiated_by: str, group: dict | None = None) -> list[dict]:
+    """Ensure and refresh ``tables`` in order; returns one outcome per table refreshed.
+
+    With ``group``, the tables are refreshed all-or-nothing as (part of) that atomic group.
+    """
     specs = {s["name"]: s for s in spec["stream_tables"]}
+    unknown = [name for name in tables if name not in specs]
+    if unknown:
+        raise TrickleError(f"not part of project {spec['project']!r}", stream_table=unknown[0])
+    if group is not None:
+        for name in tables:
+            ensure_stream_table(tr, specs[name], initiated_by=initiated_by)
+        result = tr.refresh_group(tables, group=group["members"], convergence_points=group["convergence_points"],
+                                  mode=None if mode == "AUTO" else mode, initiated_by=initiated_by)
+        outcomes = [{"name": r.name, "action": r.action, "status": r.status, "rows_inserted": r.rows_inserted,
+                     "rows_deleted": r.rows_deleted, "reason": r.reason, "group_epoch": result.epoch}
+                    for r in result.results]
+        for outcome in outcomes:
+            print(RESULT_PREFIX + json.dumps(outcome), flush=True)
+        return outcomes
     outcomes = []
     for name in tables:
-        if name not in specs:
-            raise TrickleError(f"not part of project {spec['project']!r}", stream_table=name)
         created = ensure_stream_table(tr, specs[name], initiated_by=initiated_by)
         if created and mode == "AUTO":
             record = tr.history(name, limit=1)[0]
@@ -103,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     tr = Trickle(spec["warehouse"], spark=spark, config=config)
     try:
         tr.sync()
-        run(tr, spec, tables, mode=args.mode.upper(), initiated_by=args.initiated_by)
+        run(tr, spec, tables, mode=args.mode.upper(), initiated_by=args.initiated_by,
+            group=json.loads(args.group) if args.group else None)
     except TrickleError as err:
         print(f"airflow_trickle: {err}", file=sys.stderr, flush=True)
         return 1

@@ -144,8 +144,12 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
         elif os.path.isdir(os.path.join(entry.path, "_delta_log")):
             on_disk[f"default.{entry.name}".lower()] = entry.path
     jcatalog = spark._jsparkSession.sessionState().catalog()
-    known_dbs = {db.lower() for db in _scala_list(jcatalog.listDatabases())}
-    for key in sorted(on_disk):
+    # Only what changed on disk since the last sync costs catalog calls: with many tables a
+    # full pass (a SHOW TABLES per database, an exists check per table) took a second.
+    seen = _seen_on_disk.setdefault((id(spark), root), set())
+    appeared = [key for key in sorted(on_disk) if key not in seen]
+    known_dbs = {db.lower() for db in _scala_list(jcatalog.listDatabases())} if appeared else set()
+    for key in appeared:
         database, table = key.split(".", 1)
         if database not in known_dbs:
             spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
@@ -155,15 +159,19 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
             try:
                 spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION '{location}'")
                 _make_managed(spark, database, table)
-            except Exception:  # noqa: BLE001 - a table being created or dropped right now
+            except Exception:  # noqa: BLE001 - a table being created or dropped right now: next sync
                 continue
-    for database in known_dbs:
-        for row in spark.sql(f"SHOW TABLES IN `{database}`").collect():
-            if row.isTemporary:
-                continue
-            key = f"{database}.{row.tableName}".lower()
-            if key not in on_disk and _table_location_gone(spark, database, row.tableName):
-                jcatalog.dropTable(_table_identifier(spark, database, row.tableName), True, False)
+        seen.add(key)
+    for key in sorted(seen - set(on_disk)):  # gone from disk since the last sync
+        seen.discard(key)
+        database, table = key.split(".", 1)
+        if table and spark.catalog.tableExists(f"`{database}`.`{table}`") and _table_location_gone(
+                spark, database, table):
+            jcatalog.dropTable(_table_identifier(spark, database, table), True, False)
+
+
+#: Per (session, warehouse): the tables a sync saw on disk (and made visible by name).
+_seen_on_disk: dict[tuple[int, str], set[str]] = {}
 
 
 def _make_managed(spark, database: str, table: str) -> None:

@@ -94,3 +94,46 @@ def columns_used(qualified: exp.Expression, *, database: str = DEFAULT_DATABASE)
             if isinstance(source, exp.Table) and source.name:
                 used.setdefault(table_name(source, database=database), set()).add(column.name.lower())
     return {name: sorted(cols) for name, cols in used.items()}
+
+
+def non_monotone_constructs(query: exp.Expression) -> list[str]:
+    """Operators of ``query`` that can remove output rows when input rows are added.
+
+    A cycle of stream tables converges to a fixpoint only through monotone queries (seed 002
+    §5): selections, projections, inner joins and UNION ALL.  Aggregates, DISTINCT / UNION,
+    EXCEPT, INTERSECT, outer, semi and anti joins, NOT EXISTS / NOT IN, window functions and
+    LIMIT are not.
+
+    >>> non_monotone_constructs(parse_query("SELECT a FROM t JOIN u ON t.k = u.k UNION ALL SELECT a FROM v"))
+    []
+    >>> non_monotone_constructs(parse_query("SELECT k, COUNT(*) FROM t GROUP BY k"))
+    ['aggregate COUNT', 'GROUP BY']
+    """
+    found: list[str] = []
+
+    def add(text: str) -> None:
+        if text not in found:
+            found.append(text)
+
+    for node in query.walk():
+        if isinstance(node, exp.AggFunc):
+            add(f"aggregate {node.sql_name()}")
+        elif isinstance(node, exp.Group):
+            add("GROUP BY")
+        elif isinstance(node, exp.Window):
+            add("window function")
+        elif isinstance(node, exp.Distinct):
+            add("DISTINCT")
+        elif isinstance(node, exp.Except):
+            add("EXCEPT")
+        elif isinstance(node, exp.Intersect):
+            add("INTERSECT")
+        elif isinstance(node, exp.Union) and node.args.get("distinct"):
+            add("UNION (distinct)")
+        elif isinstance(node, exp.Join) and (node.side or str(node.kind or "").upper() in ("ANTI", "SEMI")):
+            add(f"{' '.join(p for p in (node.side, node.kind) if p).upper()} JOIN")
+        elif isinstance(node, exp.Not) and isinstance(node.this, (exp.Exists, exp.In)):
+            add("NOT EXISTS" if isinstance(node.this, exp.Exists) else "NOT IN")
+        elif isinstance(node, (exp.Limit, exp.Offset)):
+            add("LIMIT")
+    return found

@@ -1,0 +1,210 @@
+"""Atomic diamond groups, the error policy (retries, auto-suspend, schema changes)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_trickle.errors import CycleError, DefinitionError, RefreshError, UnsupportedConstructError
+from airflow_trickle.refresh import refresh_stream_table
+from tests.conftest import rows, visible
+
+
+def oracle(tr, name: str) -> list[tuple]:
+    """The stream table's defining query at its frontier versions."""
+    from airflow_trickle.refresh.engine import pinned_query_sql
+
+    st = tr.get(name)
+    return rows(tr.spark.sql(pinned_query_sql(tr, st, st.frontier)))
+
+
+@pytest.fixture
+def diamond(tr, db):
+    """a -> b, a -> c, (b, c) -> d atomic; e reads b from outside the group.
+
+    c divides by (v - 3): a row with v = 3 makes c's refresh fail (Spark's ANSI mode).
+    """
+    tr.sql(f"CREATE TABLE {db}.a (k INT, v INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.a VALUES (1, 1), (2, 5), (2, 5), (3, NULL)")
+    tr.create_stream_table(f"{db}.b", f"SELECT k, v FROM {db}.a WHERE v IS NULL OR v < 100", schedule=None)
+    tr.create_stream_table(f"{db}.c", f"SELECT k, 10 / (v - 3) AS r FROM {db}.a", schedule=None)
+    tr.create_stream_table(f"{db}.d", f"SELECT b.k, b.v, c.r FROM {db}.b b JOIN {db}.c c ON b.k = c.k",
+                           schedule="1m", options={"diamond_consistency": "atomic"})
+    tr.create_stream_table(f"{db}.e", f"SELECT k, COUNT(*) AS n FROM {db}.b GROUP BY k", schedule="1m")
+    return db
+
+
+def test_diamond_groups_lists_members_convergence_and_epoch(tr, diamond):
+    db = diamond
+    group = [g for g in tr.diamond_groups() if f"{db}.d" in g["members"]]
+    assert group == [{"name": f"group:{db}.b+{db}.c+{db}.d", "members": [f"{db}.b", f"{db}.c", f"{db}.d"],
+                      "convergence_points": [f"{db}.d"], "consistency": "atomic", "schedule_policy": "fastest",
+                      "epoch": 0, "last_status": None, "last_error": None}]
+
+
+def test_failed_member_restores_committed_members_and_keeps_the_epoch(tr, diamond):
+    db = diamond
+    names = [f"{db}.{t}" for t in "bcde"]
+    tr.sql(f"INSERT INTO {db}.a VALUES (4, 7)")
+    done = tr.refresh_group(f"{db}.d")
+    assert done.epoch == 1 and [r.action for r in done.results] == ["DIFFERENTIAL"] * 3
+
+    before = {n: visible(tr, n) for n in names}
+    frontier_b = tr.get(f"{db}.b").frontier
+    tr.sql(f"INSERT INTO {db}.a VALUES (5, 3), (1, 9)")  # b can refresh; c divides by zero
+    with pytest.raises(RefreshError, match=rf"atomic group .* failed at {db}\.c: .*restored {db}\.b"):
+        tr.refresh_group(f"{db}.d")
+    assert {n: visible(tr, n) for n in names} == before
+    assert tr.get(f"{db}.b").frontier == frontier_b
+    assert [h.action for h in tr.history(f"{db}.b", limit=2)] == ["RESTORE", "DIFFERENTIAL"]
+    (group,) = [g for g in tr.diamond_groups() if f"{db}.d" in g["members"]]
+    assert group["epoch"] == 1 and group["last_status"] == "ROLLED_BACK" and "divide" in group["last_error"].lower()
+
+    # e (outside the group) reads b's change feed across the undone commit and the undo
+    assert tr.refresh_stream_table(f"{db}.e").action in ("DIFFERENTIAL", "NO_DATA")
+    assert visible(tr, f"{db}.e") == oracle(tr, f"{db}.e")
+
+    tr.sql(f"DELETE FROM {db}.a WHERE v = 3")
+    retried = tr.refresh_group(f"{db}.d")
+    assert retried.epoch == 2
+    assert tr.refresh_stream_table(f"{db}.e").action == "DIFFERENTIAL"
+    for name in names:
+        assert visible(tr, name) == oracle(tr, name), name
+    assert (1, 9, 10 / 6) in visible(tr, f"{db}.d")
+
+
+def test_three_failures_suspend_and_active_resumes(tr, db):
+    name = f"{db}.ratio"
+    tr.sql(f"CREATE TABLE {db}.a (k INT, v INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.a VALUES (1, 1)")
+    tr.create_stream_table(name, f"SELECT k, 10 / (v - 3) AS r FROM {db}.a", schedule="1m")
+    tr.sql(f"INSERT INTO {db}.a VALUES (2, 3)")
+    for attempt in (1, 2):
+        with pytest.raises(RefreshError, match="(?i)divide") as err:
+            tr.refresh_stream_table(name)
+        assert "suspended" not in str(err.value)
+        assert tr.get(name).consecutive_errors == attempt and tr.get(name).status == "ACTIVE"
+    with pytest.raises(RefreshError, match="suspended after 3 consecutive failures"):
+        tr.refresh_stream_table(name)
+    assert tr.get(name).status == "ERROR"
+    alert = tr.history(name, limit=1)[0]
+    assert (alert.action, alert.status) == ("SUSPEND", "ALERT") and "divide" in alert.error_message.lower()
+
+    skipped = tr.refresh_stream_table(name)  # refreshes stop
+    assert (skipped.action, skipped.status) == ("SKIP", "SKIPPED") and "status is ERROR" in skipped.reason
+
+    tr.sql(f"DELETE FROM {db}.a WHERE v = 3")
+    tr.alter_stream_table(name, status="ACTIVE")
+    assert tr.get(name).consecutive_errors == 0
+    resumed = tr.refresh_stream_table(name)
+    # the window still holds the inserted-then-deleted bad row: its delta cannot be evaluated,
+    # so the refresh recomputes and says why
+    assert (resumed.action, resumed.status) == ("FULL", "COMPLETED") and "failed to evaluate" in resumed.reason
+    assert visible(tr, name) == oracle(tr, name) == [(1, -5.0)]
+
+
+def test_a_concurrent_commit_conflict_is_retried(tr, db):
+    name = f"{db}.copy"
+    tr.sql(f"CREATE TABLE {db}.a (k INT) USING delta")
+    tr.create_stream_table(name, f"SELECT k FROM {db}.a", schedule="1m")
+    tr.sql(f"INSERT INTO {db}.a VALUES (1), (1), (NULL)")
+    failures = []
+
+    class FlakySpark:
+        """Fails the first MERGE like a concurrent writer would."""
+
+        def __getattr__(self, attr):
+            return getattr(tr.spark, attr)
+
+        def sql(self, text):
+            if text.lstrip().upper().startswith("MERGE") and not failures:
+                failures.append(text)
+                raise RuntimeError("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added")
+            return tr.spark.sql(text)
+
+    env = SimpleNamespace(spark=FlakySpark(), catalog=tr.catalog, config=tr.config)
+    tr.config.retry_backoff_seconds, backoff = 0.01, tr.config.retry_backoff_seconds
+    try:
+        result = refresh_stream_table(env, name)
+    finally:
+        tr.config.retry_backoff_seconds = backoff
+    assert failures and result.action == "DIFFERENTIAL" and result.rows_inserted == 3
+    assert visible(tr, name) == oracle(tr, name)
+    assert tr.get(name).consecutive_errors == 0
+
+
+def test_source_schema_changes(tr, db):
+    name = f"{db}.narrow"
+    tr.sql(f"CREATE TABLE {db}.a (k INT, v INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.a VALUES (1, 10)")
+    tr.create_stream_table(name, f"SELECT k, v FROM {db}.a", schedule="1m")
+
+    # an unused column added: remembered, refreshes stay differential
+    tr.sql(f"ALTER TABLE {db}.a ADD COLUMNS (note STRING)")
+    tr.sql(f"INSERT INTO {db}.a VALUES (2, 20, 'x')")
+    assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+    assert visible(tr, name) == [(1, 10), (2, 20)]
+
+    # a used column changes type: the output changes, so the table is reinitialized
+    tr.sql(f"CREATE OR REPLACE TABLE {db}.a USING delta AS SELECT k, CAST(v AS BIGINT) AS v, note FROM {db}.a")
+    result = tr.refresh_stream_table(name)
+    assert result.action == "REINITIALIZE" and "output columns change" in result.reason
+    assert [f.dataType.simpleString() for f in tr.read(name).schema.fields] == ["int", "bigint"]
+    assert visible(tr, name) == oracle(tr, name)
+
+    # a used column removed: a clear error, and the table is marked for reinitialization
+    tr.sql(f"CREATE OR REPLACE TABLE {db}.a USING delta AS SELECT k, note FROM {db}.a")
+    with pytest.raises(RefreshError, match=rf"no longer has column\(s\) v"):
+        tr.refresh_stream_table(name)
+    assert tr.get(name).needs_reinit
+
+
+def test_alter_query_rebuilds_and_repopulates(tr, db):
+    name = f"{db}.pick"
+    tr.sql(f"CREATE TABLE {db}.a (k INT, v INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.a VALUES (1, 10), (2, 20), (2, 20)")
+    tr.create_stream_table(name, f"SELECT k FROM {db}.a WHERE v > 15", schedule="1m")
+    tr.create_stream_table(f"{db}.reader", f"SELECT k FROM {name}", schedule="1m")
+    with pytest.raises(DefinitionError, match=rf"changes the output columns .* while {db}\.reader reads it"):
+        tr.alter_stream_table(name, query=f"SELECT k, v FROM {db}.a")
+    assert tr.get(name).original_query == f"SELECT k FROM {db}.a WHERE v > 15"  # refused: nothing changed
+    tr.alter_stream_table(name, query=f"SELECT k FROM {db}.a WHERE v < 15")
+    assert visible(tr, name) == oracle(tr, name) == [(1,)]
+    assert tr.refresh_stream_table(f"{db}.reader").action in ("DIFFERENTIAL", "FULL")
+    assert visible(tr, f"{db}.reader") == [(1,)]
+
+
+def test_monotone_cycle_refreshes_to_a_fixpoint(tr, db):
+    """Transitive closure as a cycle: hop = edges ∪ (reach ⋈ edges), reach = hop."""
+    tr.config.allow_circular = True
+    try:
+        tr.sql(f"CREATE TABLE {db}.edges (src INT, dst INT) USING delta")
+        tr.sql(f"INSERT INTO {db}.edges VALUES (1, 2), (2, 3), (3, 4)")
+        tr.create_stream_table(f"{db}.hop", f"SELECT src, dst FROM {db}.edges", schedule="1m")
+        tr.create_stream_table(f"{db}.reach", f"SELECT src, dst FROM {db}.hop", schedule="1m")
+        tr.alter_stream_table(f"{db}.hop", query=(  # closes the cycle hop -> reach -> hop
+            f"SELECT src, dst FROM {db}.edges UNION ALL "
+            f"SELECT r.src, e.dst FROM {db}.reach r JOIN {db}.edges e ON r.dst = e.src"))
+        closure = [(1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)]
+        assert visible(tr, f"{db}.hop") == visible(tr, f"{db}.reach") == closure
+        for name in (f"{db}.hop", f"{db}.reach"):
+            assert visible(tr, name) == oracle(tr, name), name
+        assert all(f"{db}.hop" not in g["members"] for g in tr.diamond_groups())  # a cycle is no diamond
+
+        tr.sql(f"DELETE FROM {db}.edges WHERE src = 2")
+        result = tr.refresh_stream_table(f"{db}.reach")
+        assert "reached its fixpoint" in result.reason and result.rows_deleted == 4
+        assert visible(tr, f"{db}.hop") == visible(tr, f"{db}.reach") == [(1, 2), (3, 4)]
+
+        with pytest.raises(UnsupportedConstructError, match=rf"not monotone: stream table '{db}\.reach' uses GROUP BY"):
+            tr.alter_stream_table(f"{db}.reach", query=f"SELECT src, MAX(dst) AS dst FROM {db}.hop GROUP BY src")
+
+        # a cycle in the data: UNION ALL re-derives its own rows forever; the refresh gives up
+        tr.config.max_fixpoint_iterations = 2
+        tr.sql(f"INSERT INTO {db}.edges VALUES (4, 3)")
+        with pytest.raises(RefreshError, match="did not reach a fixpoint in 2 passes"):
+            tr.refresh_stream_table(f"{db}.hop")
+    finally:
+        tr.config.allow_circular, tr.config.max_fixpoint_iterations = False, 10
+    with pytest.raises(CycleError, match="allow_circular"):
+        tr.alter_stream_table(f"{db}.reach", query=f"SELECT src, dst FROM {db}.hop WHERE src > 0")

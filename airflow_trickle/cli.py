@@ -56,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     status = verbs.add_parser("status", help="summary of stream tables")
     status.add_argument("name", nargs="?")
 
-    alter = verbs.add_parser("alter", help="change schedule, refresh mode or status")
+    alter = verbs.add_parser("alter", help="change query, schedule, refresh mode or status")
     alter.add_argument("name")
+    alter.add_argument("--query", help="a new defining query (the table is rebuilt)")
     alter.add_argument("--schedule")
     alter.add_argument("--mode")
     alter.add_argument("--status", help="ACTIVE or SUSPENDED")
@@ -118,6 +119,8 @@ def _run(args) -> int:
             kwargs["refresh_mode"] = args.mode
         if args.status is not None:
             kwargs["status"] = args.status
+        if args.query is not None:
+            kwargs["query"] = args.query
         tr.alter_stream_table(args.name, **kwargs)
         _emit(args, tr.status(args.name))
     elif args.verb == "history":

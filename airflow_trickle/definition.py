@@ -24,7 +24,7 @@ from airflow_trickle.errors import (
     UnknownSourceError,
     UnsupportedConstructError,
 )
-from airflow_trickle.graph import build_graph, cycle_members, find_cycle
+from airflow_trickle.graph import build_graph, cycle_members
 from airflow_trickle.names import HIDDEN_PREFIX, DEFAULT_DATABASE, qualify_name, split_name
 from airflow_trickle.schedule import Schedule, parse_schedule
 from airflow_trickle.sql.parse import (
@@ -148,12 +148,13 @@ def analyze(
         sources[source] = SourceInfo(source, "TABLE", _visible_columns(spark, source))
 
     graph = build_graph(edges + [(s, qualified) for s in sources], stream_tables=list(stream_tables) + [qualified])
-    cycle = find_cycle(graph)
-    if cycle and not allow_circular:
+    members = cycle_members(graph, qualified)  # only a cycle through this definition is its business
+    if members and not allow_circular:
+        cycle = _cycle_through(graph, qualified, members)
         raise CycleError(f"the definition creates a cycle: {' -> '.join(cycle)}", cycle=cycle, stream_table=qualified,
                          hint="cycles of monotone queries are allowed with allow_circular=True")
-    if cycle:
-        _check_monotone_cycle(qualified, ast, cycle_members(graph, qualified), queries or {})
+    if members:
+        _check_monotone_cycle(qualified, ast, members, queries or {})
 
     hidden = {s.name: [c for c, _ in s.columns] for s in sources.values() if s.kind == "STREAM_TABLE"}
     output_columns = _analyze_output(spark, pin_sources(ast, {}, hidden), qualified)
@@ -184,6 +185,14 @@ def analyze(
         columns_used=lineage,
         blockers=blockers,
     )
+
+
+def _cycle_through(graph, name: str, members: list[str]) -> list[str]:
+    """A shortest closed path ``[name, ..., name]`` within the cycle's members."""
+    import networkx as nx
+
+    paths = [nx.shortest_path(graph, name, p) for p in graph.predecessors(name) if p in members]
+    return min(paths, key=len) + [name]
 
 
 def _check_monotone_cycle(name: str, ast: exp.Query, members: list[str], queries: dict[str, str]) -> None:

@@ -267,7 +267,8 @@ def project_from_dict(data: dict, *, base_dir: Path) -> Project:
     cycle = find_cycle(graph)
     if cycle:
         raise CycleError(f"the project's stream tables form a cycle: {' -> '.join(cycle)}", cycle=cycle,
-                         stream_table=cycle[0])
+                         stream_table=cycle[0], hint="a project cannot declare a cycle; monotone cycles are "
+                                                     "supported through the Python API and CLI (allow_circular)")
     order = [n for n in topological_order(graph) if n in specs]
     specs = {n: specs[n] for n in order}
     periods = effective_periods(graph, {n: s.schedule for n, s in specs.items()})

@@ -7,8 +7,9 @@
 2. runs the DAG of ``shop/trickle.yaml`` (``trickle_shop.py`` in this folder) with
    ``dag.test()``: the first run creates and populates the six stream tables;
 3. changes the sources and runs it again: every stream table refreshes DIFFERENTIALLY;
-4. changes the sources again and triggers a manual run whose form asks for
-   ``shop.order_lines`` only: that table refreshes, the others are skipped;
+4. changes the sources again and triggers a manual run whose form asks for a FULL refresh of
+   ``shop.order_lines`` and ``shop.top_customers``: those two refresh (top_customers although
+   its upstream, not selected, is skipped), the others are skipped;
 5. tries a run for an unknown table (refused), then checks every stream table against its
    defining query at its frontier versions and prints what it holds.
 """
@@ -115,7 +116,8 @@ def main() -> int:
     runs.append(run_dag(dag, "second run: differential refreshes"))
 
     tr.sql("INSERT INTO shop.orders VALUES (9, 1, 500.00)")
-    runs.append(run_dag(dag, "manual run: tables = [shop.order_lines]", {"tables": ["shop.order_lines"]}))
+    runs.append(run_dag(dag, "manual run: tables = [shop.order_lines, shop.top_customers], mode = FULL",
+                        {"tables": ["shop.order_lines", "shop.top_customers"], "mode": "FULL"}))
 
     refused = None
     try:

@@ -42,14 +42,16 @@ def test_scheduled_shape_runs_every_refresh_task(report):
                                      "shop.customer_totals", "shop.top_customers"}
 
 
-def test_manual_run_refreshes_only_the_selection(report):
+def test_manual_run_refreshes_only_the_selection_in_the_chosen_mode(report):
     manual = report["runs"][2]["tasks"]
-    assert manual["shop.order_lines"] == "success"
-    assert {manual[t] for t in manual if t not in ("plan", "shop.order_lines")} == {"skipped"}
-    # order_lines saw the new order 9; customer_totals, not selected, did not refresh
-    assert report["tables"]["shop.order_lines"]["last_actions"][:3] == ["DIFFERENTIAL", "DIFFERENTIAL", "FULL"]
-    assert report["tables"]["shop.customer_totals"]["last_actions"][:2] == ["DIFFERENTIAL", "FULL"]
-    assert 9 in {r["id"] for r in report["tables"]["shop.order_lines"]["rows"]}
+    assert manual == {"plan": "success", "shop.order_lines": "success", "shop.top_customers": "success",
+                      "shop.customer_totals": "skipped", "shop.atomic__region_report": "skipped"}
+    tables = report["tables"]
+    # FULL as asked; order_lines saw the new order 9; customer_totals, not selected, did not refresh
+    assert tables["shop.order_lines"]["last_actions"][:3] == ["FULL", "DIFFERENTIAL", "FULL"]
+    assert tables["shop.top_customers"]["last_actions"][:3] == ["FULL", "DIFFERENTIAL", "FULL"]
+    assert tables["shop.customer_totals"]["last_actions"][:2] == ["DIFFERENTIAL", "FULL"]
+    assert 9 in {r["id"] for r in tables["shop.order_lines"]["rows"]}
 
 
 def test_unknown_table_is_refused(report):

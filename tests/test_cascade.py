@@ -208,3 +208,17 @@ def test_monotone_cycle_refreshes_to_a_fixpoint(tr, db):
         tr.config.allow_circular, tr.config.max_fixpoint_iterations = False, 10
     with pytest.raises(CycleError, match="allow_circular"):
         tr.alter_stream_table(f"{db}.reach", query=f"SELECT src, dst FROM {db}.hop WHERE src > 0")
+
+
+def test_a_cycle_elsewhere_does_not_block_other_definitions(tr, db):
+    tr.config.allow_circular = True
+    try:
+        tr.sql(f"CREATE TABLE {db}.a (k INT) USING delta")
+        tr.create_stream_table(f"{db}.p", f"SELECT k FROM {db}.a", schedule="1m")
+        tr.create_stream_table(f"{db}.q", f"SELECT k FROM {db}.p", schedule="1m")
+        tr.alter_stream_table(f"{db}.p", query=f"SELECT k FROM {db}.a UNION ALL SELECT k FROM {db}.q WHERE k < 0")
+    finally:
+        tr.config.allow_circular = False
+    tr.create_stream_table(f"{db}.elsewhere", f"SELECT k FROM {db}.a", schedule="1m")  # not refused
+    with pytest.raises(CycleError, match=rf"cycle: {db}\.q -> {db}\.p -> {db}\.q"):
+        tr.alter_stream_table(f"{db}.q", query=f"SELECT k + 1 AS k FROM {db}.p")

@@ -70,6 +70,18 @@ def run_dag(dag, title: str, conf: dict | None = None) -> dict:
     return {"title": title, "state": state, "tasks": tasks}
 
 
+def asset_events() -> list[dict]:
+    """The Asset events the refresh tasks emitted (newest first), from the metadata DB."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (session.query(AssetEvent, AssetModel).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                .order_by(AssetEvent.id.desc()).all())
+        return [{"asset": model.uri, "task": event.source_task_id, "run": event.source_run_id,
+                 "extra": dict(event.extra or {})} for event, model in rows]
+
+
 def check_tables(tr) -> dict:
     """Every stream table against its defining query at its frontier versions (multiset equality)."""
     from airflow_trickle.refresh.engine import pinned_query_sql
@@ -126,6 +138,10 @@ def main() -> int:
         refused = f"{type(err).__name__}: {str(err).splitlines()[0]}"
     print(f"\n== a run for an unknown table: {refused or 'NOT refused'} ==")
 
+    events = asset_events()
+    print(f"\n== {len(events)} asset events; the newest ==")
+    for event in events[:4]:
+        print(f"  {event['asset']:<34} from {event['task']:<30} {event['extra']}")
     tables = check_tables(tr)
     for name, info in tables.items():
         print(f"\n{name}: {'equals' if info['matches_query'] else 'DIFFERS FROM'} its query at its frontier; "
@@ -135,7 +151,8 @@ def main() -> int:
         for alert in info["alerts"]:
             print("   ALERT:", alert)
     if args.report:
-        Path(args.report).write_text(json.dumps({"runs": runs, "refused": refused, "tables": tables}, indent=1))
+        Path(args.report).write_text(json.dumps({"runs": runs, "refused": refused, "tables": tables,
+                                                 "asset_events": events}, indent=1, default=str))
     ok = all(r["state"].endswith("success") for r in runs) and refused and all(
         t["matches_query"] for t in tables.values())
     return 0 if ok else 1

@@ -73,3 +73,22 @@ def test_contents_after_the_differential_run(report):
     assert report_rows == {("south", 3), ("west", 7)}
     top = {r["customer"] for r in report["tables"]["shop.top_customers"]["rows"]}
     assert top == {"Brian", "Chen"}
+
+
+def test_refreshed_stream_tables_emit_asset_events_with_what_they_did(report):
+    events = report["asset_events"]
+    # one per stream table of each successful refresh task: 6 + 6 in the full runs, 2 in the manual one
+    assert len(events) == 14
+    assert sorted(e["asset"] for e in events if e["run"] == events[0]["run"]) == [
+        "trickle://shop/shop.order_lines", "trickle://shop/shop.top_customers"]
+    by_asset = {}
+    for event in events:  # newest first
+        by_asset.setdefault(event["asset"], event)
+    newest = by_asset["trickle://shop/shop.order_lines"]
+    assert newest["task"] == "shop.order_lines"
+    assert newest["extra"]["action"] == "FULL" and newest["extra"]["status"] == "COMPLETED"
+    assert newest["extra"]["table_version"] > 0 and newest["extra"]["rows_inserted"] >= 1
+    group = [e for e in events if e["task"] == "shop.atomic__region_report"]
+    assert {e["asset"] for e in group} == {"trickle://shop/shop.big_orders", "trickle://shop/shop.region_revenue",
+                                           "trickle://shop/shop.region_report"}
+    assert {e["extra"].get("action") for e in group} <= {"FULL", "DIFFERENTIAL", "CREATED", "NO_DATA"}

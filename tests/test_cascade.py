@@ -35,11 +35,30 @@ def diamond(tr, db):
 
 
 def test_diamond_groups_lists_members_convergence_and_epoch(tr, diamond):
+    import json
+    import subprocess
+    import sys
+
     db = diamond
-    group = [g for g in tr.diamond_groups() if f"{db}.d" in g["members"]]
-    assert group == [{"name": f"group:{db}.b+{db}.c+{db}.d", "members": [f"{db}.b", f"{db}.c", f"{db}.d"],
-                      "convergence_points": [f"{db}.d"], "consistency": "atomic", "schedule_policy": "fastest",
-                      "epoch": 0, "last_status": None, "last_error": None}]
+    wanted = [{"name": f"group:{db}.b+{db}.c+{db}.d", "members": [f"{db}.b", f"{db}.c", f"{db}.d"],
+               "convergence_points": [f"{db}.d"], "consistency": "atomic", "schedule_policy": "fastest",
+               "epoch": 0, "last_status": None, "last_error": None}]
+    assert [g for g in tr.diamond_groups() if f"{db}.d" in g["members"]] == wanted
+    listed = subprocess.run([sys.executable, "-m", "airflow_trickle.cli", "--warehouse", tr.warehouse, "--json",
+                             "diamonds"], capture_output=True, text=True, check=True).stdout
+    assert [g for g in json.loads(listed) if f"{db}.d" in g["members"]] == wanted
+
+
+def test_downstream_reads_upstreams_at_their_refresh_versions_and_records_them(tr, diamond):
+    from airflow_trickle.deltalog import recorded_refreshes
+
+    db = diamond
+    tr.sql(f"INSERT INTO {db}.a VALUES (6, 8)")
+    tr.refresh_group(f"{db}.d")
+    read = tr.history(f"{db}.d", limit=1)[0].frontier_to
+    for upstream in (f"{db}.b", f"{db}.c"):
+        assert read[upstream] == recorded_refreshes(tr.get(upstream).location)[0]["version"]
+    assert visible(tr, f"{db}.d") == oracle(tr, f"{db}.d")
 
 
 def test_failed_member_restores_committed_members_and_keeps_the_epoch(tr, diamond):

@@ -24,3 +24,19 @@ def test_importing_the_package_and_reading_the_catalog_need_no_spark(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_provider_info_lists_the_airflow_pieces_and_they_import():
+    import importlib
+
+    import airflow_trickle
+
+    info = airflow_trickle.get_provider_info()
+    for kind in ("operators", "sensors", "triggers", "hooks"):
+        (entry,) = info[kind]
+        for module in entry["python-modules"]:
+            importlib.import_module(module)
+    (connection,) = info["connection-types"]
+    module, _, cls = connection["hook-class-name"].rpartition(".")
+    hook = getattr(importlib.import_module(module), cls)
+    assert connection["connection-type"] == hook.conn_type == "trickle"

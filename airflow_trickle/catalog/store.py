@@ -59,7 +59,7 @@ class CatalogStore:
         return DeltaTable(self.path(table), storage_options=self.storage_options)
 
     def _rows(self, table: str, filters: list | None = None) -> list[dict]:
-        return self._table(table).to_pyarrow_table(filters=filters or None).to_pylist()
+        return _select(self._table(table), table, filters)
 
     def _arrow(self, table: str, rows: Iterable[dict]):
         import pyarrow as pa
@@ -144,7 +144,7 @@ class CatalogStore:
 
         def attempt() -> StreamTable:
             table = self._table("stream_tables")
-            rows = table.to_pyarrow_table(filters=[("name", "=", name)]).to_pylist()
+            rows = _select(table, "stream_tables", [("name", "=", name)])
             if not rows:
                 raise CatalogError(f"stream table {name!r} vanished from the catalog during an update")
             st = StreamTable.from_row(rows[0])
@@ -183,7 +183,7 @@ class CatalogStore:
 
         def attempt() -> GroupState:
             table = self._table("consistency_groups")
-            rows = table.to_pyarrow_table(filters=[("name", "=", name)]).to_pylist()
+            rows = _select(table, "consistency_groups", [("name", "=", name)])
             state = GroupState(**rows[0]) if rows else GroupState(name, members, convergence_points)
             state.members, state.convergence_points = list(members), list(convergence_points)
             state.epoch += 1 if succeeded else 0
@@ -216,6 +216,45 @@ class CatalogStore:
         rows = [RefreshRecord.from_row(r) for r in self._rows("refresh_history", filters)]
         rows.sort(key=lambda r: (r.start_time or utcnow(), r.end_time or utcnow()), reverse=True)
         return rows[:limit]
+
+
+def _select(delta_table, name: str, filters: list | None) -> list[dict]:
+    """Rows of a (small) catalog table whose columns equal the given values.
+
+    Local tables are read file by file with pyarrow's own Parquet reader: reading through
+    delta-rs's scanners left threads that abort the interpreter at exit (``terminate called
+    without an active exception``, seen with deltalake 1.6 / pyarrow 26), and delta-rs writes
+    string columns as ``string_view`` in some files, which pyarrow's dataset filters cannot
+    compare with a string.  The catalog's writers never write deletion vectors, so the active
+    files are the rows.  Files are cast to the catalog schema; filters run in Arrow.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    schema = _schemas()[name]
+    files = delta_table.file_uris()
+    if all("://" not in f or f.startswith("file://") for f in files):
+        parts = [_conform(pq.read_table(f.removeprefix("file://")), schema) for f in files]
+        data = pa.concat_tables(parts) if parts else schema.empty_table()
+    else:
+        data = _conform(delta_table.to_pyarrow_table(), schema)
+    mask = None
+    for column, op, value in filters or []:
+        if op != "=":
+            raise ValueError(f"unsupported catalog filter {op!r}")
+        condition = pc.equal(data[column], value)
+        mask = condition if mask is None else pc.and_(mask, condition)
+    return (data if mask is None else data.filter(mask)).to_pylist()
+
+
+def _conform(table, schema):
+    """``table`` with exactly ``schema``'s columns and types (absent columns as nulls)."""
+    import pyarrow as pa
+
+    columns = [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+               for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _literal(text: str) -> str:

@@ -124,9 +124,9 @@ def _run(args) -> int:
         tr.alter_stream_table(args.name, **kwargs)
         _emit(args, tr.status(args.name))
     elif args.verb == "history":
-        _emit(args, [asdict(r) for r in tr.history(args.name, args.limit)],
-              columns=["st_name", "action", "status", "rows_inserted", "rows_deleted", "duration_ms",
-                       "start_time", "initiated_by", "reason", "error_message"])
+        _emit(args, [_history_row(r, text=not args.json) for r in tr.history(args.name, args.limit)],
+              columns=["st_name", "action", "status", "rows_inserted", "rows_deleted", "touched est/actual",
+                       "duration_ms", "phases", "start_time", "initiated_by", "reason", "error_message"])
     elif args.verb == "diamonds":
         _emit(args, tr.diamond_groups(),
               columns=["name", "consistency", "convergence_points", "schedule_policy", "epoch", "last_status"])
@@ -141,6 +141,21 @@ def _run(args) -> int:
         rows = [row.asDict(recursive=True) for row in frame.limit(1000).collect()] if frame.columns else []
         _emit(args, rows, columns=frame.columns or None)
     return 0
+
+
+def _history_row(record, *, text: bool) -> dict:
+    """A history record; for people, with the phases on one line and the cost model's estimate
+    of touched rows next to the rows the refresh did touch."""
+    from airflow_trickle.refresh.phases import format_phases
+
+    row = asdict(record)
+    if text:
+        phases = dict(record.phases or {})
+        actual = phases.pop("rows_touched", None)
+        if record.rows_estimated is not None or actual is not None:
+            row["touched est/actual"] = f"{_cell(record.rows_estimated) or '?'}/{_cell(actual) or '?'}"
+        row["phases"] = format_phases(phases)
+    return row
 
 
 def _emit(args, rows: list[dict], columns: list[str] | None = None) -> None:
@@ -179,7 +194,7 @@ def _cell(value) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, default=str)
     text = str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 if __name__ == "__main__":

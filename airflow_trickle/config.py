@@ -32,6 +32,9 @@ class TrickleConfig:
     default_refresh_mode: str = "DIFFERENTIAL"
     #: A DIFFERENTIAL refresh whose changed rows exceed this share of the source rows runs FULL.
     differential_max_change_ratio: float = 0.15
+    #: A DIFFERENTIAL refresh expected to touch more than this share of the stream table's rows
+    #: (changed source rows × the fan-out observed on the last refresh) runs FULL.
+    differential_max_touched_ratio: float = 0.5
     #: Failures in a row after which a stream table is suspended.
     max_consecutive_errors: int = 3
     #: How change sets are read: ``auto`` (CDF where it is readable, snapshot diff otherwise),

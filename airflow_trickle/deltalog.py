@@ -47,7 +47,8 @@ def recorded_refreshes(location: str, limit: int = 50, storage_options: dict | N
         except ValueError:
             continue
         if isinstance(payload, dict) and COMMIT_KEY in payload:
-            records.append({**payload[COMMIT_KEY], "version": int(commit["version"])})
+            records.append({**payload[COMMIT_KEY], "version": int(commit["version"]),
+                            "metrics": commit.get("operationMetrics") or {}})
     return records
 
 
@@ -104,6 +105,39 @@ def only_empty_commits(location: str, after_version: int, up_to_version: int,
         keys = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
         if operation != "MERGE" or any(k not in metrics for k in keys) or any(int(metrics[k]) for k in keys):
             return False
+    return True
+
+
+def _parameter(commit: dict, key: str) -> str:
+    """A commit's operation parameter as plain text (Spark JSON-encodes string values)."""
+    value = (commit.get("operationParameters") or {}).get(key)
+    return str(value).strip('"') if value is not None else ""
+
+
+def insert_only_commits(location: str, after_version: int, up_to_version: int,
+                        storage_options: dict | None = None) -> bool:
+    """True when every commit in ``(after_version, up_to_version]`` only added rows.
+
+    Appends (``INSERT INTO``, ``mode("append")``, streaming appends) qualify, and so do MERGEs
+    that only inserted (a stream table's refresh that found only new rows).  Anything else, or
+    a gap in the history, does not.
+    """
+    commits = commit_operations(location, after_version + 1, up_to_version, storage_options)
+    if len(commits) != up_to_version - after_version:
+        return False
+    for commit in commits:
+        operation = str(commit.get("operation") or "")
+        metrics = commit.get("operationMetrics") or {}
+        if operation == "WRITE" and _parameter(commit, "mode") == "Append":
+            continue
+        if operation == "STREAMING UPDATE" and _parameter(commit, "outputMode") == "Append":
+            continue
+        if operation in _NO_DATA_OPERATIONS - {"FSCK"}:
+            continue
+        if operation == "MERGE" and all(int(metrics.get(k, -1)) == 0 for k in (
+                "numTargetRowsUpdated", "numTargetRowsDeleted")) and "numTargetRowsInserted" in metrics:
+            continue
+        return False
     return True
 
 

@@ -20,7 +20,10 @@ DUP = "__trickle_dup"
 
 TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
-    "delta.enableDeletionVectors": "true",
+    # Copy-on-write: a refresh's MERGE rewrites the few small files it touches in one job.  With
+    # deletion vectors the same MERGE ran eight more Spark jobs to write them, 1.5-2 s more per
+    # refresh on a 10k-row table (benchmarks/README.md, "refresh floor").
+    "delta.enableDeletionVectors": "false",
 }
 
 

@@ -10,9 +10,11 @@ Builds, over one source table of ``--rows`` rows (and a 1,000-row dimension), tw
   (an atomic group, refreshed all-or-nothing);
 
 one copy DIFFERENTIAL (each hop reads its upstream's change feed), one FULL (each hop
-recomputes; still applied as a diff).  Each round changes ``--change`` of the source rows
-(updates, inserts, deletes) and times the refreshes, in order, until the last table is fresh;
-both copies see the same change, side by side, in one run.
+recomputes; still applied as a diff), and a third copy as plain Delta tables that a user would
+rebuild with ``INSERT OVERWRITE <table> <query>`` hop by hop.  Each round changes ``--change``
+of the source rows (updates, inserts, deletes) and times the refreshes, in order, until the
+last table is fresh; all copies see the same change, side by side, in one run.  The
+DIFFERENTIAL copy's time per hop and the action each hop took are printed too.
 """
 from __future__ import annotations
 
@@ -44,6 +46,21 @@ def build(tr, prefix: str, mode: str) -> None:
                                options=options)
 
 
+def build_plain(tr) -> None:
+    for name, query in CHAIN + DIAMOND:
+        tr.sql(f"CREATE TABLE bench.p_{name} USING delta AS {query.format(p='p_')}")
+
+
+def recompute_plain(tr) -> tuple[float, float, list[float]]:
+    """INSERT OVERWRITE every plain table in order: (chain seconds, diamond seconds, per hop)."""
+    hops = []
+    for name, query in CHAIN + DIAMOND:
+        started = time.perf_counter()
+        tr.sql(f"INSERT OVERWRITE bench.p_{name} {query.format(p='p_')}")
+        hops.append(time.perf_counter() - started)
+    return sum(hops[:len(CHAIN)]), sum(hops[len(CHAIN):]), hops
+
+
 def change(tr, rows: int, fraction: float, round_no: int) -> None:
     """About ``fraction`` of the rows: a third updated, a third deleted, a third inserted."""
     step = max(3, int(1 / fraction) * 3)
@@ -57,16 +74,19 @@ def change(tr, rows: int, fraction: float, round_no: int) -> None:
 
 
 def propagate(tr, prefix: str) -> tuple[float, float, list[str]]:
-    """Refresh the chain, then the diamond group; returns (chain seconds, diamond seconds, actions)."""
-    actions = []
+    """Refresh the chain, then the diamond group; returns (chain s, diamond s, actions, per-hop s)."""
+    actions, hops = [], []
     started = time.perf_counter()
     for name, _ in CHAIN:
+        hop = time.perf_counter()
         actions.append(tr.refresh_stream_table(f"bench.{prefix}{name}").action)
+        hops.append(time.perf_counter() - hop)
     chain = time.perf_counter() - started
     started = time.perf_counter()
     result = tr.refresh_group([f"bench.{prefix}{n}" for n, _ in DIAMOND])
     actions += [r.action for r in result.results]
-    return chain, time.perf_counter() - started, actions
+    hops += [r.duration_ms / 1000 for r in result.results]
+    return chain, time.perf_counter() - started, actions, hops
 
 
 def main() -> None:
@@ -89,20 +109,31 @@ def main() -> None:
     started = time.perf_counter()
     build(tr, "d_", "DIFFERENTIAL")
     build(tr, "f_", "FULL")
-    print(f"{args.rows:,} source rows; 16 stream tables created in {time.perf_counter() - started:.1f} s")
+    build_plain(tr)
+    print(f"{args.rows:,} source rows; 16 stream tables and 8 plain tables created in "
+          f"{time.perf_counter() - started:.1f} s")
 
-    timings = {"d_": [], "f_": []}
-    for round_no in range(args.repeat):
+    timings = {"d_": [], "f_": [], "p_": []}
+    names = [n for n, _ in CHAIN + DIAMOND]
+    for round_no in range(args.repeat + 1):  # round 0 warms the code paths up and is not counted
         change(tr, args.rows, args.change, round_no)
         for prefix in ("d_", "f_"):
-            chain, diamond, actions = propagate(tr, prefix)
-            timings[prefix].append((chain, diamond))
-            print(f"round {round_no + 1} {'DIFFERENTIAL' if prefix == 'd_' else 'FULL':>12}: chain of 5 "
-                  f"{chain:6.2f} s, diamond {diamond:6.2f} s  ({', '.join(actions)})")
+            chain, diamond, actions, hops = propagate(tr, prefix)
+            if round_no:
+                timings[prefix].append((chain, diamond))
+            label = "DIFFERENTIAL" if prefix == "d_" else "FULL"
+            print(f"round {round_no} {label:>12}: chain of 5 {chain:6.2f} s, diamond {diamond:6.2f} s  "
+                  + ", ".join(f"{n} {a} {h:.1f}s" for n, a, h in zip(names, actions, hops)), flush=True)
+        chain, diamond, hops = recompute_plain(tr)
+        if round_no:
+            timings["p_"].append((chain, diamond))
+        print(f"round {round_no} {'plain':>12}: chain of 5 {chain:6.2f} s, diamond {diamond:6.2f} s  "
+              + ", ".join(f"{n} {h:.1f}s" for n, h in zip(names, hops)), flush=True)
+    print(f"\nmedian of {args.repeat} rounds, time until the last table is fresh")
+    print(f"{'scenario':<24} {'DIFF s':>7} {'FULL s':>7} {'plain s':>8} {'FULL/DIFF':>10} {'plain/DIFF':>11}")
     for index, label in ((0, "chain of 5"), (1, "diamond (atomic group)")):
-        diff = statistics.median(t[index] for t in timings["d_"])
-        full = statistics.median(t[index] for t in timings["f_"])
-        print(f"{label:<24} DIFFERENTIAL {diff:6.2f} s   FULL at every hop {full:6.2f} s   ratio {full / diff:4.1f}x")
+        diff, full, plain = (statistics.median(t[index] for t in timings[p]) for p in ("d_", "f_", "p_"))
+        print(f"{label:<24} {diff:7.2f} {full:7.2f} {plain:8.2f} {full / diff:9.1f}x {plain / diff:10.1f}x")
 
 
 if __name__ == "__main__":

@@ -27,10 +27,10 @@ def warehouse(tmp_path_factory) -> str:
 def tr(warehouse):
     from airflow_trickle import Trickle
 
-    # Test tables are tiny, so any change is a large share of them: the change-ratio rule would
-    # turn every refresh FULL.  Tests of that rule set the ratio themselves.
+    # Test tables are tiny, so any change is a large share of them: the cost model's change-ratio
+    # and touched-rows rules would turn every refresh FULL.  Tests of those rules set them per table.
     trickle = Trickle(warehouse=warehouse, spark_master="local[2]", shuffle_partitions=2,
-                      differential_max_change_ratio=1e9)
+                      differential_max_change_ratio=1e9, differential_max_touched_ratio=1e9)
     trickle.spark  # start the JVM once
     yield trickle
     trickle.spark.stop()

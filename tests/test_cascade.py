@@ -130,13 +130,13 @@ def test_a_concurrent_commit_conflict_is_retried(tr, db):
     failures = []
 
     class FlakySpark:
-        """Fails the first MERGE like a concurrent writer would."""
+        """Fails the first write of the refresh (a MERGE or an append) like a concurrent writer would."""
 
         def __getattr__(self, attr):
             return getattr(tr.spark, attr)
 
         def sql(self, text):
-            if text.lstrip().upper().startswith("MERGE") and not failures:
+            if text.lstrip().upper().startswith(("MERGE", "INSERT")) and not failures:
                 failures.append(text)
                 raise RuntimeError("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added")
             return tr.spark.sql(text)

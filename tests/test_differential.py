@@ -68,6 +68,63 @@ def test_large_changes_run_full_small_ones_differential(tr, db):
     assert [h.reason for h in tr.history(name) if h.action == "FULL" and h.initiated_by == "MANUAL"][0] == big.reason
 
 
+def test_the_cost_model_sees_fan_out_and_a_strict_table_refuses(tr, db):
+    make_sources(tr, db, rows=200)  # 4 customers of 50 rows each
+    query = (f"SELECT o.id, g.total FROM {db}.o o "
+             f"JOIN (SELECT cid, SUM(amount) AS total FROM {db}.o GROUP BY cid) g ON o.cid = g.cid")
+    lenient, strict = f"{db}.fan", f"{db}.fan_strict"
+    tr.create_stream_table(lenient, query, options={"differential_max_touched_ratio": 0.3})
+    tr.create_stream_table(strict, query, options={"differential_max_touched_ratio": 0.3, "strict": True})
+    # one changed row reaches its customer's 50 detail rows: observed fan-out ~50
+    tr.sql(f"UPDATE {db}.o SET amount = amount + 1 WHERE id = 5")
+    first = tr.refresh_stream_table(lenient)
+    assert first.action == "DIFFERENTIAL" and first.rows_touched >= 50
+    assert tr.refresh_stream_table(strict).action == "DIFFERENTIAL"
+    # the next one-row change is expected to touch ~100 of 200 stored rows: FULL, and why
+    tr.sql(f"UPDATE {db}.o SET amount = amount + 1 WHERE id = 6")
+    second = tr.refresh_stream_table(lenient)
+    assert second.action == "FULL" and "expected to touch" in second.reason, second.reason
+    assert second.rows_estimated >= 60
+    assert_matches(tr, lenient, query)
+    with pytest.raises(RefreshError, match="refused by the cost model"):
+        tr.refresh_stream_table(strict)
+    row = tr.history(lenient, limit=5)[0]
+    assert row.action == "FULL" and row.rows_estimated == second.rows_estimated
+    assert row.phases["commit"] > 0 and row.phases["rows_touched"] == second.rows_touched
+
+
+def test_insert_only_changes_are_appended_without_a_merge(tr, db):
+    make_sources(tr, db)
+    name = f"{db}.appended"
+    query = f"SELECT o.id, o.amount, c.region FROM {db}.o o JOIN {db}.c c ON o.cid = c.id"
+    tr.create_stream_table(name, query)
+
+    def last_operation():
+        return tr.spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().operation
+
+    # new rows on both sides of the join, one a duplicate of a stored row (copy number 2)
+    tr.sql(f"INSERT INTO {db}.o VALUES (5, 1, 5), (90, 3, 1), (91, 0, NULL)")
+    tr.sql(f"INSERT INTO {db}.c VALUES (3, 'w'), (1, 's')")
+    result = tr.refresh_stream_table(name)
+    assert result.action == "DIFFERENTIAL" and last_operation() == "WRITE"
+    assert result.rows_inserted == result.rows_touched > 0 and result.rows_deleted == 0
+    assert_matches(tr, name, query)
+    # a deletion needs the MERGE
+    tr.sql(f"DELETE FROM {db}.o WHERE id = 5")
+    assert tr.refresh_stream_table(name).action == "DIFFERENTIAL" and last_operation() == "MERGE"
+    assert_matches(tr, name, query)
+    # a replayed append is skipped by its transaction id
+    tr.sql(f"INSERT INTO {db}.o VALUES (92, 1, 7)")
+    stale, current = tr.get(name), engine.source_versions(tr, name)
+    from airflow_trickle.catalog.model import utcnow
+
+    first = engine.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="a", data_timestamp=utcnow())
+    replay = engine.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="b", data_timestamp=utcnow())
+    # customer 1 is in c twice, so the new order joins two rows
+    assert first["rows_inserted"] == 2 and replay["rows_inserted"] == 0 and "already landed" in replay["reason"]
+    assert_matches(tr, name, query)
+
+
 def test_unreadable_change_feed_falls_back_to_full(tr, db):
     make_sources(tr, db)
     name = f"{db}.nocdf"

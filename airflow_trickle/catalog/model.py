@@ -34,7 +34,8 @@ def _schemas():
             ("status", pa.string()), ("rows_inserted", pa.int64()), ("rows_deleted", pa.int64()),
             ("start_time", ts), ("end_time", ts), ("duration_ms", pa.int64()), ("reason", pa.string()),
             ("error_message", pa.string()), ("initiated_by", pa.string()), ("frontier_from", pa.string()),
-            ("frontier_to", pa.string()), ("data_timestamp", ts),
+            ("frontier_to", pa.string()), ("data_timestamp", ts), ("phases", pa.string()),
+            ("rows_estimated", pa.int64()),
         ]),
     }
 
@@ -53,7 +54,7 @@ class GroupState:
 
 
 #: Fields stored as JSON text.
-_JSON_FIELDS = {"frontier", "output_columns", "storage", "options", "frontier_from", "frontier_to"}
+_JSON_FIELDS = {"frontier", "output_columns", "storage", "options", "frontier_from", "frontier_to", "phases"}
 
 
 def utcnow() -> datetime:
@@ -156,3 +157,7 @@ class RefreshRecord(_Row):
     frontier_from: dict | None = None
     frontier_to: dict | None = None
     data_timestamp: datetime | None = None
+    #: Milliseconds per refresh phase and the Spark jobs run (see ``refresh/phases.py``).
+    phases: dict | None = None
+    #: Rows the cost model expected the delta to touch (compare with rows_inserted + rows_deleted).
+    rows_estimated: int | None = None

@@ -72,8 +72,9 @@ class CatalogStore:
         from deltalake import write_deltalake
 
         self.ensure()
+        # schema_mode="merge": a catalog written by an older version gains the newer columns.
         self._retry(lambda: write_deltalake(self.path(table), self._arrow(table, rows), mode="append",
-                                            storage_options=self.storage_options), what=what)
+                                            schema_mode="merge", storage_options=self.storage_options), what=what)
         self._maybe_compact(table)
 
     def _maybe_compact(self, table: str) -> None:

@@ -39,11 +39,43 @@ def differential_merge(env, st, current: dict[str, int]) -> tuple[str | None, st
     deps = env.catalog.dependencies(st.name)
     use_cdf = {d.source_name: d.cdc_mode == "cdf" for d in deps}
     columns = source_columns(env, st)
-    versions = Versions(old=st.frontier, new=current, columns=columns, use_cdf=use_cdf)
+    versions = Versions(old=st.frontier, new=current, columns=columns, use_cdf=use_cdf, consolidate=False)
     try:
         return differential_merge_sql(st, versions, columns), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
+
+
+def differential_append(env, st, current: dict[str, int]) -> str | None:
+    """An INSERT applying the change when it can only add rows, else None.
+
+    That holds for a bag stream table whose query is monotone (no aggregate, DISTINCT, outer
+    join, ...) when every source that changed only gained rows in the window (appends, or
+    insert-only MERGEs of an upstream stream table): the delta then has no negative weight.
+    """
+    from airflow_trickle.deltalog import insert_only_commits
+    from airflow_trickle.dvm.apply import bag_append_sql
+    from airflow_trickle.dvm.plan import Unsupported, Versions, plan
+    from airflow_trickle.sql.parse import non_monotone_constructs, parse_query
+
+    if st.storage.get("strategy", "bag") != "bag" or set(st.frontier) != set(current):
+        return None
+    deps = env.catalog.dependencies(st.name)
+    try:
+        if not all(insert_only_commits(d.source_location, st.frontier[d.source_name], current[d.source_name])
+                   for d in deps if current[d.source_name] != st.frontier[d.source_name]):
+            return None
+    except Exception:  # noqa: BLE001 - an unreadable log: the MERGE path decides
+        return None
+    if non_monotone_constructs(parse_query(st.defining_query)):
+        return None
+    columns = source_columns(env, st)
+    versions = Versions(old=st.frontier, new=current, columns=columns,
+                        use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
+    try:
+        return bag_append_sql(st.name, st.output_columns, plan(st.defining_query, columns).delta_sql(versions))
+    except Unsupported:
+        return None
 
 
 def full_source(env, st, current: dict[str, int]) -> str | None:

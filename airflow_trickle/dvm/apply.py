@@ -101,18 +101,44 @@ def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]]
     return _recompute_merge(st, node, versions)
 
 
-def _bag_merge(target: str, columns: list[str], delta_sql: str) -> str:
+def _numbered_copies(target: str, columns: list[str], delta_sql: str) -> str:
+    """The consolidated bag delta with each row's content hash ``__rid`` and ``__n``, the number
+    of copies of that content stored now (the highest copy number)."""
     cols = ", ".join(f"`{c}`" for c in columns)
     consolidated = (f"SELECT {cols}, SUM({W}) AS {W} FROM ({delta_sql}) AS __d GROUP BY {cols} "
                     f"HAVING SUM({W}) <> 0")
     hashed = f"SELECT __c.*, {row_hash_sql(columns, qualifier='__c')} AS __rid FROM ({consolidated}) AS __c"
     counts = (f"SELECT `{ROW_ID}` AS __rid, MAX(`{DUP}`) AS __n FROM {quote_name(target)} "
               f"WHERE `{ROW_ID}` IN (SELECT __rid FROM ({hashed}) AS __h0) GROUP BY `{ROW_ID}`")
-    numbered = (f"SELECT __h.*, CAST(COALESCE(__k.__n, 0) AS BIGINT) AS __n FROM ({hashed}) AS __h "
-                f"LEFT JOIN ({counts}) AS __k ON __h.__rid = __k.__rid")
+    return (f"SELECT __h.*, CAST(COALESCE(__k.__n, 0) AS BIGINT) AS __n FROM ({hashed}) AS __h "
+            f"LEFT JOIN ({counts}) AS __k ON __h.__rid = __k.__rid")
+
+
+def _inserted_copies(columns: list[str], numbered: str) -> str:
+    """+k copies of a content stored n times: copies n+1..n+k."""
+    cols = ", ".join(f"`{c}`" for c in columns)
+    return (f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__dup AS INT) AS `{DUP}` FROM ({numbered}) AS __x "
+            f"LATERAL VIEW explode(sequence(__n + 1, __n + {W})) AS __dup WHERE {W} > 0")
+
+
+def bag_append_sql(target: str, columns: list[str], delta_sql: str) -> str:
+    """An INSERT applying a delta that only adds rows: an append, no MERGE.
+
+    A Delta append commits in a fraction of a MERGE's time (it neither rebuilds the target's
+    file list nor rewrites files); it is exact when every weight is positive, which holds for a
+    monotone query (filters, projections, inner joins, UNION ALL) over sources that only
+    gained rows.
+    """
+    all_cols = columns + [ROW_ID, DUP]
+    return (f"INSERT INTO {quote_name(target)} ({_list(all_cols)}) "
+            f"SELECT {_list(all_cols)} FROM ({_inserted_copies(columns, _numbered_copies(target, columns, delta_sql))})")
+
+
+def _bag_merge(target: str, columns: list[str], delta_sql: str) -> str:
+    cols = ", ".join(f"`{c}`" for c in columns)
+    numbered = _numbered_copies(target, columns, delta_sql)
     # +k copies: numbers n+1..n+k are inserted; −k copies: numbers n−k+1..n are deleted.
-    ops = (f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__dup AS INT) AS `{DUP}`, 'I' AS __op FROM ({numbered}) AS __x "
-           f"LATERAL VIEW explode(sequence(__n + 1, __n + {W})) AS __dup WHERE {W} > 0 "
+    ops = (f"SELECT *, 'I' AS __op FROM ({_inserted_copies(columns, numbered)}) "
            f"UNION ALL "
            f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__dup AS INT) AS `{DUP}`, 'D' AS __op FROM ({numbered}) AS __y "
            f"LATERAL VIEW explode(sequence(__n + {W} + 1, __n)) AS __dup WHERE {W} < 0 AND __n > 0")
@@ -123,8 +149,87 @@ def _bag_merge(target: str, columns: list[str], delta_sql: str) -> str:
             f"WHEN NOT MATCHED AND s.__op = 'I' THEN INSERT ({_list(all_cols)}) VALUES ({_list(all_cols, 's.')})")
 
 
+def _linear_merge(st, block: Block, versions: Versions, types: dict[str, str]) -> str:
+    """COUNT / SUM / AVG only: the MERGE itself advances the stored state, ``t.s + s.Δs``.
+
+    Every state column is linear in the change weights, so the per-group change is summed
+    straight from the raw change rows (no consolidation) and the target is read only by the
+    MERGE's own join: the source never scans the storage table.
+    """
+    state = [tuple(x) for x in st.storage["state"]]
+    group_names = [f"__trickle_g{j}" for j in range(len(block.group))]
+    agg_args = {i: agg.this for i, agg in enumerate(block.aggregates)
+                if agg.this is not None and not isinstance(agg.this, exp.Star)}
+    inputs = [g.copy().as_(n) for g, n in zip(block.group, group_names)]
+    inputs += [arg.copy().as_(f"__trickle_x{i}") for i, arg in agg_args.items()]
+    # Per group: Δcount = Σw, Δn_i = Σ w·[x_i not null], Δs_i = Σ w·x_i.
+    change = {}
+    sums = []
+    for name, _ in state:
+        if name == COUNT:
+            change[name], total = "__dc", f"SUM({W})"
+        elif name.startswith("__trickle_n"):
+            i = name[len("__trickle_n"):]
+            change[name], total = f"__dn{i}", f"SUM({W} * CASE WHEN __trickle_x{i} IS NULL THEN 0 ELSE 1 END)"
+        else:
+            i = name[len("__trickle_s"):]
+            change[name], total = f"__ds{i}", f"SUM({W} * __trickle_x{i})"
+        sums.append((change[name], total))
+    group_cols = ", ".join(group_names)
+    unchanged = " AND ".join(f"COALESCE({total}, 0) = 0" for _, total in sums)
+    per_group = (f"SELECT {group_cols + ', ' if group_cols else ''}"
+                 f"{', '.join(f'{total} AS {name}' for name, total in sums)}, "
+                 f"{group_hash(group_names)} AS `{ROW_ID}` "
+                 f"FROM ({block.input_delta_sql(versions, inputs)}) AS __d"
+                 + (f" GROUP BY {group_cols}" if group_cols else "") + f" HAVING NOT ({unchanged})")
+    kinds = dict(state)
+
+    def advanced(name: str) -> str:
+        return f"CAST(COALESCE(t.`{name}`, 0) + COALESCE(s.{change[name]}, 0) AS {kinds[name]})"
+
+    def started(name: str) -> str:
+        return f"CAST(COALESCE(s.{change[name]}, 0) AS {kinds[name]})"
+
+    def row(ref) -> list[tuple[str, str]]:
+        values = _aggregate_values(block, kinds, ref)
+        return (_visible_cells(st, block, group_names, values, types, qualifier="s")
+                + [(name, ref(name)) for name, _ in state])
+
+    return _keyed_merge(st.name, per_group, scalar=not block.group, gone=f"{advanced(COUNT)} = 0",
+                        fresh="s.__dc > 0", updates=row(advanced),
+                        inserts=row(started) + [(ROW_ID, f"s.`{ROW_ID}`"), (DUP, "CAST(1 AS INT)")])
+
+
+def _visible_cells(st, block: Block, group_names: list[str], values: dict[int, str], types: dict[str, str],
+                   qualifier: str | None = None) -> list[tuple[str, str]]:
+    """``(column, SQL)`` of each visible column, computed from group and aggregate values."""
+    cells = []
+    for column, projection in zip(st.output_columns, block.template.expressions):
+        expression = _over_state(projection.unalias(), block, group_names, values, qualifier=qualifier)
+        kind = types.get(column)
+        cells.append((column, f"CAST({expression} AS {kind})" if kind else expression))
+    return cells
+
+
+def _keyed_merge(target: str, source: str, *, scalar: bool, gone: str, fresh: str,
+                 updates: list[tuple[str, str]], inserts: list[tuple[str, str]]) -> str:
+    """The MERGE of a keyed (one row per group) table: a group whose row count reaches zero
+    (``gone``) is deleted, a matched one updated, a new one inserted when ``fresh``.  A scalar
+    aggregate's one row is never deleted and always inserted."""
+    delete = "" if scalar else f"WHEN MATCHED AND {gone} THEN DELETE "
+    insert_when = "" if scalar else f"AND {fresh} "
+    return (f"MERGE INTO {quote_name(target)} AS t USING ({source}) AS s "
+            f"ON t.`{ROW_ID}` = s.`{ROW_ID}` AND t.`{DUP}` = 1 "
+            f"{delete}"
+            f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.`{c}` = {sql}' for c, sql in updates)} "
+            f"WHEN NOT MATCHED {insert_when}THEN INSERT ({_list([c for c, _ in inserts])}) "
+            f"VALUES ({', '.join(sql for _, sql in inserts)})")
+
+
 def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]) -> str:
     state = [tuple(x) for x in st.storage["state"]]
+    if not any(name.startswith("__trickle_m") for name, _ in state):
+        return _linear_merge(st, block, versions, types)
     state_types = dict(state)
     group_names = [f"__trickle_g{j}" for j in range(len(block.group))]
     agg_args = {}
@@ -191,23 +296,13 @@ def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]
                                   [n.state_sql(versions, "new") for _, n in block.items])
         joined += f" LEFT JOIN ({rescan_sql}) AS r ON r.__rid = {group_hash(['d.' + g for g in group_names])}"
     merged = f"SELECT d.*, {rid} AS __rid, {', '.join(advanced)} FROM {joined}"
-    values = _aggregate_values(block, state_types)
-    visible = []
-    for column, projection in zip(st.output_columns, block.template.expressions):
-        expression = _over_state(projection.unalias(), block, group_names, values)
-        kind = types.get(column)
-        visible.append(f"CAST({expression} AS {kind}) AS `{column}`" if kind else f"{expression} AS `{column}`")
+    values = _aggregate_values(block, state_types, lambda name: f"`{name}`")
+    visible = [f"{sql} AS `{column}`" for column, sql in _visible_cells(st, block, group_names, values, types)]
     source = (f"SELECT {', '.join(visible)}, __rid AS `{ROW_ID}`, CAST(1 AS INT) AS `{DUP}`, "
               f"{', '.join(f'`{n}`' for n, _ in state)} FROM ({merged}) AS __m")
-    all_cols = st.output_columns + [ROW_ID, DUP] + [n for n, _ in state]
-    scalar = not block.group
-    delete = "" if scalar else f"WHEN MATCHED AND s.`{COUNT}` = 0 THEN DELETE "
-    insert_when = "" if scalar else f"AND s.`{COUNT}` > 0 "
-    return (f"MERGE INTO {quote_name(st.name)} AS t USING ({source}) AS s "
-            f"ON t.`{ROW_ID}` = s.`{ROW_ID}` AND t.`{DUP}` = 1 "
-            f"{delete}"
-            f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.`{c}` = s.`{c}`' for c in all_cols)} "
-            f"WHEN NOT MATCHED {insert_when}THEN INSERT ({_list(all_cols)}) VALUES ({_list(all_cols, 's.')})")
+    cells = [(c, f"s.`{c}`") for c in st.output_columns + [ROW_ID, DUP] + [n for n, _ in state]]
+    return _keyed_merge(st.name, source, scalar=not block.group, gone=f"s.`{COUNT}` = 0",
+                        fresh=f"s.`{COUNT}` > 0", updates=cells, inserts=cells)
 
 
 def _needs_rescan(i: str, fn: str) -> str:
@@ -216,28 +311,30 @@ def _needs_rescan(i: str, fn: str) -> str:
     return f"(d.__dd{i} IS NOT NULL AND (t.`__trickle_m{i}` IS NULL OR d.__dd{i} {reached} t.`__trickle_m{i}`))"
 
 
-def _aggregate_values(block: Block, state_types: dict[str, str]) -> dict[int, str]:
-    """Each aggregate's value from the advanced state columns (as SQL over ``__m``)."""
+def _aggregate_values(block: Block, state_types: dict[str, str], ref) -> dict[int, str]:
+    """Each aggregate's value as SQL over its state columns; ``ref(name)`` reads a state column."""
     values = {}
     for i, agg in enumerate(block.aggregates):
         name = agg.sql_name().lower()
+        count = ref(f"__trickle_n{i}") if f"__trickle_n{i}" in state_types else None
         if name == "count":
-            values[i] = f"`{COUNT}`" if agg.this is None or isinstance(agg.this, exp.Star) else f"`__trickle_n{i}`"
+            values[i] = ref(COUNT) if agg.this is None or isinstance(agg.this, exp.Star) else count
         elif name == "sum":
-            values[i] = f"CASE WHEN `__trickle_n{i}` = 0 THEN NULL ELSE `__trickle_s{i}` END"
+            values[i] = f"CASE WHEN {count} = 0 THEN NULL ELSE {ref(f'__trickle_s{i}')} END"
         elif name in ("min", "max"):
-            values[i] = f"`__trickle_m{i}`"
+            values[i] = ref(f"__trickle_m{i}")
         else:  # avg: Spark's AVG divides the sum by the count (as double, or decimal for decimals)
-            kind = state_types[f"__trickle_s{i}"]
+            kind, total = state_types[f"__trickle_s{i}"], ref(f"__trickle_s{i}")
             if kind.startswith("decimal"):
-                ratio = f"`__trickle_s{i}` / CAST(`__trickle_n{i}` AS DECIMAL(20,0))"
+                ratio = f"{total} / CAST({count} AS DECIMAL(20,0))"
             else:
-                ratio = f"CAST(`__trickle_s{i}` AS DOUBLE) / CAST(`__trickle_n{i}` AS DOUBLE)"
-            values[i] = f"CASE WHEN `__trickle_n{i}` = 0 THEN NULL ELSE {ratio} END"
+                ratio = f"CAST({total} AS DOUBLE) / CAST({count} AS DOUBLE)"
+            values[i] = f"CASE WHEN {count} = 0 THEN NULL ELSE {ratio} END"
     return values
 
 
-def _over_state(projection: exp.Expression, block: Block, group_names: list[str], values: dict[int, str]) -> str:
+def _over_state(projection: exp.Expression, block: Block, group_names: list[str], values: dict[int, str],
+                qualifier: str | None = None) -> str:
     """A SELECT expression rewritten over group values and aggregate values."""
     index = {agg: i for i, agg in enumerate(block.aggregates)}
     groups = [(g, name) for g, name in zip(block.group, group_names)]
@@ -249,7 +346,7 @@ def _over_state(projection: exp.Expression, block: Block, group_names: list[str]
                     return exp.maybe_parse(f"({values[i]})", dialect=DIALECT)
         for g, name in groups:
             if node == g:
-                return exp.column(name)
+                return exp.column(name, table=qualifier)
         return node
 
     return projection.copy().transform(swap).sql(DIALECT)

@@ -37,8 +37,10 @@ def explain(env, st) -> dict:
 
 
 _STRATEGY_TEXT = {
-    "bag": "rows added and removed by content, duplicates numbered",
-    "algebraic": "COUNT/SUM/AVG state advanced by the delta, MIN/MAX rescanned only when an extreme is deleted",
+    "bag": "rows added and removed by content, duplicates numbered; a window in which every changed "
+           "source only gained rows is applied as an append (no MERGE) when the query is monotone",
+    "algebraic": "COUNT/SUM/AVG state advanced inside the MERGE (t.state + Δ; the target is not read "
+                 "separately), MIN/MAX rescanned only when an extreme is deleted",
     "recompute": "only the groups the delta touches are recomputed",
 }
 

@@ -51,6 +51,8 @@ class Versions:
     new: dict[str, int]
     columns: dict[str, list[str]]  # visible columns of each source
     use_cdf: dict[str, bool] = field(default_factory=dict)
+    #: Consolidate each source's change rows (a GROUP BY per source); the appliers do not need it.
+    consolidate: bool = True
 
     def changed(self, name: str) -> bool:
         return self.old.get(name) != self.new.get(name)
@@ -107,6 +109,11 @@ class Scan(Node):
         else:
             changes = (f"SELECT {self._cols()}, 1 AS {W} FROM ({self.state_sql(v, 'new')}) "
                        f"UNION ALL SELECT {self._cols()}, -1 AS {W} FROM ({self.state_sql(v, 'old')})")
+        if not v.consolidate:
+            # Every consumer is linear in the weights (sums, joins, unions) or consolidates its
+            # own input (the bag MERGE, MIN/MAX): a pre- and post-image of an unchanged row
+            # cancel there, and the shuffle that would cancel them here is saved.
+            return changes
         return (f"SELECT {self._cols()}, SUM({W}) AS {W} FROM ({changes}) AS __c "
                 f"GROUP BY {self._cols()} HAVING SUM({W}) <> 0")
 

@@ -23,7 +23,9 @@ from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError, TrickleError
 from airflow_trickle.names import quote_name
+from airflow_trickle.refresh.cost import ChangeEstimate, full_is_cheaper, observed_fanout, touched_rows
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
+from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.deltalog import changed_rows, latest_version, recorded_refreshes, row_count
 from airflow_trickle.spark.delta import refresh_commit
 from airflow_trickle.sql.parse import DIALECT, parse_query
@@ -53,6 +55,11 @@ class RefreshResult:
     frontier: dict[str, int] = field(default_factory=dict)
     table_version: int | None = None
     refresh_id: str = ""
+    #: Milliseconds per phase and Spark jobs (``refresh/phases.py``).
+    phases: dict = field(default_factory=dict)
+    #: Stored rows the cost model expected the delta to touch, and those it did touch.
+    rows_estimated: int | None = None
+    rows_touched: int | None = None
 
 
 def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None,
@@ -66,21 +73,28 @@ def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None
     started = time.monotonic()
     start_time = utcnow()
     requested = _requested_mode(mode, name)
-    st = env.catalog.get(name)
-    if st is None:
-        raise StreamTableNotFoundError("no such stream table", stream_table=name)
     refresh_id = uuid.uuid4().hex
-    st, recovered = recover_frontier(env, st)
+    clock = PhaseClock()
+    with clock.phase("catalog"):
+        st = env.catalog.get(name)
+        if st is None:
+            raise StreamTableNotFoundError("no such stream table", stream_table=name)
+        st, recovered, newest = recover_frontier(env, st)
 
     def finish(action: str, status: str, reason: str | None, error: str | None = None, **extra) -> RefreshResult:
+        clock.close()
         result = RefreshResult(name=name, action=action, status=status, reason=reason, refresh_id=refresh_id,
-                               duration_ms=int((time.monotonic() - started) * 1000), **extra)
+                               duration_ms=int((time.monotonic() - started) * 1000), phases=clock.to_dict(),
+                               **extra)
         env.catalog.append_history(RefreshRecord(
             refresh_id=refresh_id, st_name=name, seq=result.seq, action=action, status=status,
             rows_inserted=result.rows_inserted, rows_deleted=result.rows_deleted, start_time=start_time,
             end_time=utcnow(), duration_ms=result.duration_ms, reason=reason, error_message=error,
             initiated_by=initiated_by,
             frontier_from=st.frontier, frontier_to=result.frontier or st.frontier, data_timestamp=start_time,
+            phases={**result.phases, **({"rows_touched": result.rows_touched} if result.rows_touched is not None
+                                        else {})},
+            rows_estimated=result.rows_estimated,
         ))
         return result
 
@@ -92,10 +106,11 @@ def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None
 
     action = None
     try:
-        current = source_versions(env, name)
-        action, reason = choose_action(st, current, requested)
-        if action == "DIFFERENTIAL" and requested is None and _only_empty_commits(env, st, current):
-            action, reason = "NO_DATA", "the new source versions changed no rows"
+        with clock.phase("versions"):
+            current = source_versions(env, name)
+            action, reason = choose_action(st, current, requested)
+            if action == "DIFFERENTIAL" and requested is None and _only_empty_commits(env, st, current):
+                action, reason = "NO_DATA", "the new source versions changed no rows"
         if recovered:
             reason = f"{reason}; {recovered}" if reason else recovered
         if action == "NO_DATA":
@@ -103,17 +118,22 @@ def refresh_stream_table(env: Environment, name: str, *, mode: str | None = None
                 _mark_fresh(row, start_time)
                 row.frontier = current  # versions without changes are consumed
 
-            env.catalog.update(name, fresh)
+            with clock.phase("record"):
+                env.catalog.update(name, fresh)
             return finish("NO_DATA", "COMPLETED", reason, seq=st.refresh_seq, frontier=current)
         if cheap_only:
             return None
-        applied = apply_refresh(env, st, action, current, refresh_id=refresh_id, data_timestamp=start_time)
+        clock.track_jobs(env.spark, f"airflow_trickle-{refresh_id}")
+        applied = apply_refresh(env, st, action, current, refresh_id=refresh_id, data_timestamp=start_time,
+                                clock=clock, newest=newest)
     except TrickleError as err:
+        clock.close()
         message = str(err)
         if _record_failure(env, st, message, lambda: finish(action or "NONE", "FAILED", None, error=message)):
             raise RefreshError(f"{err.cause}; {_suspended(env)}", stream_table=name, hint=err.hint) from err
         raise
     except Exception as err:  # noqa: BLE001 - wrapped with the stream table's name
+        clock.close()
         failure = RefreshError(f"{(action or 'refresh').lower()} refresh failed: {_short(err)}", stream_table=name)
         if _record_failure(env, st, str(failure), lambda: finish(action or "NONE", "FAILED", None,
                                                                  error=str(failure))):
@@ -168,34 +188,64 @@ def choose_action(st: StreamTable, current: dict[str, int], requested: str | Non
 
 
 def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[str, int], *,
-                  refresh_id: str, data_timestamp) -> dict:
-    """Compute and commit the change for ``action``; then record the new state in the catalog."""
-    from airflow_trickle.dvm import differential_merge
+                  refresh_id: str, data_timestamp, clock: PhaseClock | None = None, newest: dict | None = None) -> dict:
+    """Compute and commit the change for ``action``; then record the new state in the catalog.
 
+    ``newest`` is the record of the storage table's newest refresh commit: the fan-out it
+    observed feeds the cost model.
+    """
+    from airflow_trickle.dvm import differential_append, differential_merge
+
+    clock = clock or PhaseClock()
     seq = st.refresh_seq + 1
     reason = None
     merge_sql = None
+    appending = False
     if action != "REINITIALIZE":
-        changed = _source_schema_change(env, st)
+        with clock.phase("schema"):
+            changed = _source_schema_change(env, st)
         if changed:
             env.catalog.update(st.name, lambda row: setattr(row, "needs_reinit", True))
             action, reason = "REINITIALIZE", changed
+    with clock.phase("versions"):
+        estimate = change_estimate(env, st, current, newest)
     if action == "DIFFERENTIAL":
-        too_many = _change_ratio_exceeded(env, st, current)
-        merge_sql, fallback = (None, too_many) if too_many else differential_merge(env, st, current)
+        too_costly = estimate and full_is_cheaper(
+            estimate, max_change_ratio=float(st.options.get("differential_max_change_ratio",
+                                                            env.config.differential_max_change_ratio)),
+            max_touched_ratio=float(st.options.get("differential_max_touched_ratio",
+                                                   env.config.differential_max_touched_ratio)))
+        if too_costly and _is_strict(st):
+            raise RefreshError(f"DIFFERENTIAL refused by the cost model: {too_costly}", stream_table=st.name,
+                               hint="the stream table is strict (options: strict); refresh it FULL, or drop the "
+                                    "option to let the cost model fall back to FULL")
+        with clock.phase("plan"):
+            append_sql = None if too_costly else differential_append(env, st, current)
+            appending = append_sql is not None
+            merge_sql, fallback = ((append_sql, None) if appending else
+                                   (None, too_costly) if too_costly else differential_merge(env, st, current))
         if merge_sql is None:
+            if _is_strict(st):
+                raise RefreshError(f"DIFFERENTIAL impossible: {fallback}", stream_table=st.name,
+                                   hint="the stream table is strict (options: strict); refresh it FULL")
             action, reason = "FULL", fallback
     if action == "REINITIALIZE":
         _reinitialize_storage(env, st)
     metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
+    if estimate is not None:
+        metadata["changed_rows"] = estimate.changed_rows
 
     def commit(sql: str):
         with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
             return env.spark.sql(sql).first()
 
+    version_before = latest_version(st.location) if appending else None
     try:
-        metrics = with_retries(env, lambda: commit(merge_sql or full_refresh_sql(env, st, current)))
+        with clock.phase("commit"):
+            metrics = with_retries(env, lambda: commit(merge_sql or full_refresh_sql(env, st, current)))
+            if appending:  # an INSERT returns no metrics: read them from its commit
+                metrics = _append_metrics(st, version_before)
     except Exception as err:  # noqa: BLE001 - only an unreadable change feed or a change-row error is recovered
         if merge_sql is None or not (_change_feed_unavailable(err) or _evaluation_error(err)):
             raise
@@ -206,7 +256,10 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
         else:
             action, reason = "FULL", f"change feed unavailable ({_short(err)[:200]}); recomputed"
         metadata["action"] = action
-        metrics = with_retries(env, lambda: commit(full_refresh_sql(env, st, current)))
+        appending = False
+        with clock.phase("commit"):
+            metrics = with_retries(env, lambda: commit(full_refresh_sql(env, st, current)))
+    touched = None
     if metrics is None:  # Delta skipped the commit: this (table, refresh number) already landed
         inserted = deleted = 0
         reason = "this refresh's commit had already landed; skipped by its transaction id"
@@ -214,18 +267,22 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
         updated = int(metrics["num_updated_rows"] or 0)
         inserted = int(metrics["num_inserted_rows"] or 0) + updated
         deleted = int(metrics["num_deleted_rows"] or 0) + updated
-    table_version = latest_version(st.location)
-    if action == "REINITIALIZE":
-        _remember_source_schemas(env, st)
+        touched = inserted + deleted - updated
+    with clock.phase("record"):
+        table_version = latest_version(st.location)
+        if action == "REINITIALIZE":
+            _remember_source_schemas(env, st)
 
-    def record(row: StreamTable) -> None:
-        row.frontier, row.refresh_seq, row.is_populated, row.needs_reinit = current, seq, True, False
-        row.consecutive_errors = 0
-        _mark_fresh(row, data_timestamp)
+        def record(row: StreamTable) -> None:
+            row.frontier, row.refresh_seq, row.is_populated, row.needs_reinit = current, seq, True, False
+            row.consecutive_errors = 0
+            _mark_fresh(row, data_timestamp)
 
-    env.catalog.update(st.name, record)
+        env.catalog.update(st.name, record)
     return {"action": action, "reason": reason, "rows_inserted": inserted, "rows_deleted": deleted, "seq": seq,
-            "frontier": current, "table_version": table_version}
+            "frontier": current, "table_version": table_version,
+            "rows_estimated": estimate.touched_rows if estimate and st.effective_mode == "DIFFERENTIAL" else None,
+            "rows_touched": touched}
 
 
 #: Exception names and messages of errors worth retrying: a concurrent Delta commit, transient I/O.
@@ -311,13 +368,20 @@ def full_refresh_sql(env: Environment, st: StreamTable, current: dict[str, int])
     return full_merge_sql(st.name, source, st.output_columns + [c for c, _ in st.storage.get("state", [])])
 
 
-def _change_ratio_exceeded(env: Environment, st: StreamTable, current: dict[str, int]) -> str | None:
-    """Why FULL is cheaper than DIFFERENTIAL for this change, or None.
+def _append_metrics(st: StreamTable, version_before: int) -> dict | None:
+    """MERGE-shaped metrics of the append just run, or None when Delta skipped it (its
+    transaction id had landed already)."""
+    if latest_version(st.location) == version_before:
+        return None
+    newest = recorded_refreshes(st.location, limit=1)
+    inserted = int((newest[0]["metrics"] if newest else {}).get("numOutputRows") or 0)
+    return {"num_inserted_rows": inserted, "num_updated_rows": 0, "num_deleted_rows": 0}
 
-    The changed rows of the window (from the sources' commit metrics) are compared with the
-    sources' rows; past ``differential_max_change_ratio`` a recompute beats a delta.
-    """
-    limit = float(st.options.get("differential_max_change_ratio", env.config.differential_max_change_ratio))
+
+def change_estimate(env: Environment, st: StreamTable, current: dict[str, int],
+                    newest: dict | None) -> ChangeEstimate | None:
+    """The change of the window ``st.frontier -> current`` as the cost model sees it (Delta logs
+    only: the sources' commit metrics and file statistics), or None when the logs cannot say."""
     changed = total = 0
     try:
         for dep in env.catalog.dependencies(st.name):
@@ -325,12 +389,15 @@ def _change_ratio_exceeded(env: Environment, st: StreamTable, current: dict[str,
             total += row_count(dep.source_location)
             if old is not None and new is not None and new > old:
                 changed += changed_rows(dep.source_location, old, new)
+        stored = row_count(st.location) if st.location else 0
     except Exception:  # noqa: BLE001 - no estimate: let the delta run
         return None
-    ratio = changed / max(total, 1)
-    if ratio > limit:
-        return f"change ratio {ratio:.2f} exceeds differential_max_change_ratio {limit:g}; recomputed"
-    return None
+    return ChangeEstimate(changed_rows=changed, source_rows=total, stored_rows=stored,
+                          fanout=observed_fanout(newest))
+
+
+def _is_strict(st: StreamTable) -> bool:
+    return str(st.options.get("strict", "")).lower() in ("1", "true", "yes", "on")
 
 
 def _evaluation_error(err: Exception) -> bool:
@@ -362,18 +429,19 @@ def pinned_query_sql(env: Environment, st: StreamTable, versions: dict[str, int]
     return pin_sources(parse_query(st.defining_query, stream_table=st.name), versions, hidden).sql(DIALECT)
 
 
-def recover_frontier(env: Environment, st: StreamTable) -> tuple[StreamTable, str | None]:
+def recover_frontier(env: Environment, st: StreamTable) -> tuple[StreamTable, str | None, dict | None]:
     """Bring the catalog up to the newest refresh committed in the storage table.
 
     A refresh killed after its data commit but before its catalog update left the catalog one
-    refresh behind; the frontier in the data commit is the truth.
+    refresh behind; the frontier in the data commit is the truth.  Returns the stream table,
+    what was recovered (or None), and the newest refresh commit's record.
     """
     records = [r for r in recorded_refreshes(st.location) if isinstance(r.get("seq"), int)]
     # the newest commit decides: after a group rollback, a RESTORE commit (carrying the restored
     # frontier under a higher number) supersedes the refresh it undid
     newest = max(records, key=lambda r: r["version"], default=None)
     if newest is None or newest["seq"] <= st.refresh_seq:
-        return st, None
+        return st, None, newest
 
     def repair(row: StreamTable) -> None:
         row.frontier = {k: int(v) for k, v in newest["frontier"].items()}
@@ -382,7 +450,7 @@ def recover_frontier(env: Environment, st: StreamTable) -> tuple[StreamTable, st
         row.needs_reinit = False
 
     repaired = env.catalog.update(st.name, repair)
-    return repaired, f"recovered frontier of refresh {newest['seq']} from storage commit {newest['version']}"
+    return repaired, f"recovered frontier of refresh {newest['seq']} from storage commit {newest['version']}", newest
 
 
 def _reinitialize_storage(env: Environment, st: StreamTable) -> None:

@@ -90,7 +90,7 @@ def _put_back(env: Environment, before: _Before, *, initiated_by: str) -> bool:
     """Make ``before.row``'s table hold what it held before the attempt; True when a commit was made."""
     started = utcnow()
     refresh_id = uuid.uuid4().hex
-    current, _ = recover_frontier(env, env.catalog.get(before.row.name))
+    current, _, _ = recover_frontier(env, env.catalog.get(before.row.name))
     # refresh numbers only grow: the put-back commit is numbered after the commit it undoes
     undo_from = StreamTable(**{**vars(current), "refresh_seq": max(current.refresh_seq, before.row.refresh_seq)})
     applied = apply_refresh(env, undo_from, "FULL", before.row.frontier, refresh_id=refresh_id,

@@ -1,0 +1,101 @@
+"""The cost model, the insert-only check and the shape of the generated delta SQL: no JVM."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from airflow_trickle.deltalog import insert_only_commits
+from airflow_trickle.dvm.apply import bag_append_sql, differential_merge_sql
+from airflow_trickle.dvm.plan import Versions
+from airflow_trickle.refresh.cost import ChangeEstimate, full_is_cheaper, observed_fanout
+from airflow_trickle.refresh.phases import PhaseClock, format_phases
+
+LIMITS = {"max_change_ratio": 0.15, "max_touched_ratio": 0.5}
+
+
+def test_small_change_with_small_fanout_stays_differential():
+    estimate = ChangeEstimate(changed_rows=1_000, source_rows=1_000_000, stored_rows=10_000, fanout=0.65)
+    assert full_is_cheaper(estimate, **LIMITS) is None
+
+
+def test_large_change_ratio_runs_full():
+    estimate = ChangeEstimate(changed_rows=200_000, source_rows=1_000_000, stored_rows=10_000)
+    assert "change ratio 0.20" in full_is_cheaper(estimate, **LIMITS)
+
+
+def test_a_delta_that_reaches_most_stored_rows_runs_full():
+    # the diamond: 1,000 changed source rows reach every group joined back to its detail
+    estimate = ChangeEstimate(changed_rows=1_000, source_rows=1_000_000, stored_rows=500_000, fanout=480.0)
+    reason = full_is_cheaper(estimate, **LIMITS)
+    assert reason.startswith("expected to touch ~480,000 of 500,000 stored rows")
+
+
+def test_empty_stream_table_never_blocks_differential():
+    estimate = ChangeEstimate(changed_rows=10, source_rows=1_000, stored_rows=0, fanout=5.0)
+    assert full_is_cheaper(estimate, **LIMITS) is None
+
+
+@pytest.mark.parametrize("record,fanout", [
+    (None, 1.0),
+    ({"changed_rows": 0, "metrics": {}}, 1.0),
+    ({"changed_rows": 4, "metrics": {"numTargetRowsInserted": "10"}}, 1.0),  # not a MERGE's full metrics
+    ({"changed_rows": 4, "metrics": {"numTargetRowsInserted": "2", "numTargetRowsUpdated": "5",
+                                     "numTargetRowsDeleted": "1"}}, 2.0),
+])
+def test_observed_fanout_from_the_newest_refresh_commit(record, fanout):
+    assert observed_fanout(record) == fanout
+
+
+def test_insert_only_commits_reads_the_delta_log(tmp_path):
+    from deltalake import DeltaTable, write_deltalake
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"a": [1, 2]}))  # version 0
+    write_deltalake(path, pa.table({"a": [3]}), mode="append")  # 1
+    write_deltalake(path, pa.table({"a": [4]}), mode="append")  # 2
+    DeltaTable(path).delete("a = 1")  # 3
+    write_deltalake(path, pa.table({"a": [5]}), mode="append")  # 4
+    assert insert_only_commits(path, 0, 2)
+    assert not insert_only_commits(path, 0, 3)
+    assert not insert_only_commits(path, 2, 4)
+    assert insert_only_commits(path, 3, 4)
+    assert not insert_only_commits(path, 0, 9)  # versions that do not exist (yet) are not known inserts
+
+
+def _stream_table(name, query, output, storage):
+    return SimpleNamespace(name=name, defining_query=query, output_columns=output, storage=storage)
+
+
+def test_linear_aggregate_merge_advances_state_in_the_merge_without_reading_the_target():
+    columns = {"s.f": ["id", "k", "amount"]}
+    st = _stream_table("s.agg", "SELECT k, COUNT(*) AS n, SUM(amount) AS total FROM s.f GROUP BY k", ["k", "n", "total"],
+                       {"strategy": "algebraic", "columns": [["k", "bigint"], ["n", "bigint"], ["total", "bigint"]],
+                        "state": [["__trickle_count", "bigint"], ["__trickle_n1", "bigint"],
+                                  ["__trickle_s1", "bigint"]]})
+    versions = Versions(old={"s.f": 3}, new={"s.f": 5}, columns=columns, use_cdf={"s.f": True}, consolidate=False)
+    sql = differential_merge_sql(st, versions, columns)
+    source = sql.split(" USING (", 1)[1].rsplit(") AS s ON", 1)[0]
+    assert "`s`.`agg`" not in source  # the storage table is read only by the MERGE's own join
+    assert source.count("table_changes('s.f', 4, 5)") == 1  # one read of the change feed
+    assert "GROUP BY" in source and source.count("GROUP BY") == 1  # per group; raw change rows summed
+    assert "t.`__trickle_count` = CAST(COALESCE(t.`__trickle_count`, 0) + COALESCE(s.__dc, 0) AS bigint)" in sql
+    assert "WHEN MATCHED AND CAST(COALESCE(t.`__trickle_count`, 0) + COALESCE(s.__dc, 0) AS bigint) = 0 THEN DELETE" \
+        in sql
+
+
+def test_bag_append_is_an_insert_numbering_copies_after_the_stored_ones():
+    sql = bag_append_sql("s.bag", ["id", "v"], "SELECT id, v, 1 AS __trickle_w FROM x")
+    assert sql.startswith("INSERT INTO `s`.`bag` (`id`, `v`, `__trickle_row_id`, `__trickle_dup`) SELECT")
+    assert "MERGE" not in sql and "sequence(__n + 1, __n + __trickle_w)" in sql
+
+
+def test_phase_clock_accumulates_and_formats():
+    clock = PhaseClock()
+    with clock.phase("plan"):
+        pass
+    with clock.phase("plan"):
+        pass
+    assert set(clock.to_dict()) == {"plan"}  # no session: no job count
+    assert format_phases({"plan": 3, "commit": 2100, "spark_jobs": 11}) == "plan 3 · commit 2100 ms · 11 jobs"

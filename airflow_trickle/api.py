@@ -105,6 +105,7 @@ class Trickle:
             columns = {s.name: [c for c, _ in s.columns] for s in definition.sources.values()}
             st.storage = {**st.storage, **storage_layout(self.spark, st.defining_query, columns, {})}
         st.storage["columns"] = definition.output_columns
+        st.storage["dup_type"] = "bigint"  # copy numbers per refresh: appends never read the table
         cdc_modes = self._prepare_change_feeds(definition)
         create_storage_table(self.spark, st.name, definition.output_columns, st.storage)
         try:
@@ -336,6 +337,7 @@ class Trickle:
             columns = {s.name: [c for c, _ in s.columns] for s in definition.sources.values()}
             new.storage = {**new.storage, **storage_layout(self.spark, new.defining_query, columns, {})}
         new.storage["columns"] = definition.output_columns
+        new.storage["dup_type"] = "bigint"
         cdc_modes = self._prepare_change_feeds(definition)
         create_storage_table(self.spark, st.name, definition.output_columns, new.storage, replace=True)
         new.location = table_location(self.spark, st.name)

@@ -5,7 +5,11 @@ Every storage table has the user's output columns plus hidden columns:
 * ``__trickle_row_id`` BIGINT: the row's identity, a NULL-safe xxhash64 computed in the JVM:
   of the whole row for a *bag* (a result that may hold duplicate rows), of the group key for a
   *keyed* result (GROUP BY, DISTINCT);
-* ``__trickle_dup`` INT: 1..n among the n copies of a duplicated row (always 1 when keyed).
+* ``__trickle_dup`` BIGINT: the copy number among the copies of a duplicated row (always 1
+  when keyed).  Numbers are unique per row content but need not be dense: an append numbers
+  its copies ``refresh number * 2^31 + i`` so that it never reads the stored ones, and a
+  removal takes the highest numbers.  (Tables created before this was BIGINT keep an INT
+  column and dense numbers: ``storage["dup_type"]`` says which.)
 
 ``(__trickle_row_id, __trickle_dup)`` is unique, so MERGE can match exactly one physical row,
 and a refresh can add or remove single copies of a duplicated row.  Change Data Feed is on, so
@@ -27,10 +31,16 @@ TABLE_PROPERTIES = {
 }
 
 
+def dup_type(storage: dict) -> str:
+    """The type of a storage table's copy-number column: BIGINT since copies are numbered per
+    refresh, INT in tables created before (their layout records no ``dup_type``)."""
+    return storage.get("dup_type", "int")
+
+
 def hidden_columns(storage: dict) -> list[tuple[str, str]]:
     """The hidden columns of a storage layout, in table order."""
     extra = [tuple(col) for col in storage.get("state", [])]
-    return [(ROW_ID, "bigint"), (DUP, "int")] + extra
+    return [(ROW_ID, "bigint"), (DUP, dup_type(storage))] + extra
 
 
 def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: dict, *, replace: bool = False) -> None:

@@ -85,10 +85,16 @@ def test_linear_aggregate_merge_advances_state_in_the_merge_without_reading_the_
         in sql
 
 
-def test_bag_append_is_an_insert_numbering_copies_after_the_stored_ones():
-    sql = bag_append_sql("s.bag", ["id", "v"], "SELECT id, v, 1 AS __trickle_w FROM x")
+def test_bag_append_is_an_insert_that_numbers_copies_per_refresh_without_reading_the_table():
+    sql = bag_append_sql("s.bag", ["id", "v"], "SELECT id, v, 1 AS __trickle_w FROM x", seq=7)
     assert sql.startswith("INSERT INTO `s`.`bag` (`id`, `v`, `__trickle_row_id`, `__trickle_dup`) SELECT")
-    assert "MERGE" not in sql and "sequence(__n + 1, __n + __trickle_w)" in sql
+    assert "MERGE" not in sql and "`s`.`bag`" not in sql.split(") SELECT", 1)[1]
+    assert "CAST(7 AS BIGINT) * 2147483648 + __i AS `__trickle_dup`" in sql
+
+
+def test_bag_append_into_an_older_int_numbered_table_numbers_after_the_stored_copies():
+    sql = bag_append_sql("s.bag", ["id", "v"], "SELECT id, v, 1 AS __trickle_w FROM x", seq=7, dup_type="int")
+    assert "FROM `s`.`bag` WHERE `__trickle_row_id` IN" in sql and "sequence(__n + 1, __n + __trickle_w)" in sql
 
 
 def test_phase_clock_accumulates_and_formats():

@@ -57,6 +57,7 @@ def differential_append(env, st, current: dict[str, int]) -> str | None:
     from airflow_trickle.dvm.apply import bag_append_sql
     from airflow_trickle.dvm.plan import Unsupported, Versions, plan
     from airflow_trickle.sql.parse import non_monotone_constructs, parse_query
+    from airflow_trickle.storage import dup_type
 
     if st.storage.get("strategy", "bag") != "bag" or set(st.frontier) != set(current):
         return None
@@ -73,7 +74,8 @@ def differential_append(env, st, current: dict[str, int]) -> str | None:
     versions = Versions(old=st.frontier, new=current, columns=columns,
                         use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
     try:
-        return bag_append_sql(st.name, st.output_columns, plan(st.defining_query, columns).delta_sql(versions))
+        return bag_append_sql(st.name, st.output_columns, plan(st.defining_query, columns).delta_sql(versions),
+                              seq=st.refresh_seq + 1, dup_type=dup_type(st.storage))
     except Unsupported:
         return None
 

@@ -21,7 +21,7 @@ from airflow_trickle.dvm.plan import ALGEBRAIC, W, Block, Unsupported, Versions,
 from airflow_trickle.names import quote_name
 from airflow_trickle.sql.parse import DIALECT
 from airflow_trickle.sql.rewrite import row_hash_sql
-from airflow_trickle.storage import DUP, ROW_ID
+from airflow_trickle.storage import DUP, ROW_ID, dup_type
 
 COUNT = "__trickle_count"
 _EXACT = ("tinyint", "smallint", "int", "bigint", "decimal")
@@ -92,7 +92,7 @@ def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]]
     strategy = st.storage.get("strategy", "bag")
     visible = st.output_columns
     if strategy == "bag":
-        return _bag_merge(st.name, visible, node.delta_sql(versions))
+        return _bag_merge(st.name, visible, node.delta_sql(versions), dup_type(st.storage))
     if not (isinstance(node, Block) and node.is_aggregate):
         raise Unsupported("stored as keyed but the query has no aggregate at the top; REINITIALIZE it")
     types = dict(st.storage.get("columns") or [])
@@ -101,47 +101,67 @@ def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]]
     return _recompute_merge(st, node, versions)
 
 
-def _numbered_copies(target: str, columns: list[str], delta_sql: str) -> str:
-    """The consolidated bag delta with each row's content hash ``__rid`` and ``__n``, the number
-    of copies of that content stored now (the highest copy number)."""
+#: Copies appended by refresh number ``seq`` are numbered ``seq * SPARSE_STRIDE + i``: unique
+#: without reading the stored copies, so an append never reads its target.
+SPARSE_STRIDE = 2 ** 31
+
+
+def _hashed_delta(columns: list[str], delta_sql: str) -> str:
+    """The bag delta consolidated per row content (``W`` = net copies), with the content hash ``__rid``."""
     cols = ", ".join(f"`{c}`" for c in columns)
     consolidated = (f"SELECT {cols}, SUM({W}) AS {W} FROM ({delta_sql}) AS __d GROUP BY {cols} "
                     f"HAVING SUM({W}) <> 0")
-    hashed = f"SELECT __c.*, {row_hash_sql(columns, qualifier='__c')} AS __rid FROM ({consolidated}) AS __c"
-    counts = (f"SELECT `{ROW_ID}` AS __rid, MAX(`{DUP}`) AS __n FROM {quote_name(target)} "
-              f"WHERE `{ROW_ID}` IN (SELECT __rid FROM ({hashed}) AS __h0) GROUP BY `{ROW_ID}`")
-    return (f"SELECT __h.*, CAST(COALESCE(__k.__n, 0) AS BIGINT) AS __n FROM ({hashed}) AS __h "
-            f"LEFT JOIN ({counts}) AS __k ON __h.__rid = __k.__rid")
+    return f"SELECT __c.*, {row_hash_sql(columns, qualifier='__c')} AS __rid FROM ({consolidated}) AS __c"
 
 
-def _inserted_copies(columns: list[str], numbered: str) -> str:
-    """+k copies of a content stored n times: copies n+1..n+k."""
+def _stored_copies(target: str, hashed: str) -> str:
+    """The stored copy numbers of the contents in ``hashed``, ranked from the highest."""
+    return (f"SELECT `{ROW_ID}` AS __rid, `{DUP}` AS __dup, "
+            f"row_number() OVER (PARTITION BY `{ROW_ID}` ORDER BY `{DUP}` DESC) AS __rank "
+            f"FROM {quote_name(target)} WHERE `{ROW_ID}` IN (SELECT __rid FROM ({hashed}) AS __h0)")
+
+
+def _inserted_copies(columns: list[str], hashed: str, stored: str, dup_type: str) -> str:
+    """+k copies of a content: numbered after its highest stored copy number (unique)."""
     cols = ", ".join(f"`{c}`" for c in columns)
-    return (f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__dup AS INT) AS `{DUP}` FROM ({numbered}) AS __x "
-            f"LATERAL VIEW explode(sequence(__n + 1, __n + {W})) AS __dup WHERE {W} > 0")
+    top = f"SELECT __rid, MAX(__dup) AS __n FROM ({stored}) AS __s GROUP BY __rid"
+    numbered = (f"SELECT __h.*, CAST(COALESCE(__k.__n, 0) AS BIGINT) AS __n FROM ({hashed}) AS __h "
+                f"LEFT JOIN ({top}) AS __k ON __h.__rid = __k.__rid WHERE __h.{W} > 0")
+    return (f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__dup AS {dup_type}) AS `{DUP}` FROM ({numbered}) AS __x "
+            f"LATERAL VIEW explode(sequence(__n + 1, __n + {W})) AS __dup")
 
 
-def bag_append_sql(target: str, columns: list[str], delta_sql: str) -> str:
+def bag_append_sql(target: str, columns: list[str], delta_sql: str, *, seq: int, dup_type: str = "bigint") -> str:
     """An INSERT applying a delta that only adds rows: an append, no MERGE.
 
-    A Delta append commits in a fraction of a MERGE's time (it neither rebuilds the target's
-    file list nor rewrites files); it is exact when every weight is positive, which holds for a
-    monotone query (filters, projections, inner joins, UNION ALL) over sources that only
-    gained rows.
+    A Delta append commits in a fraction of a MERGE's time (it neither rewrites files nor, here,
+    reads the target: with BIGINT copy numbers the copies of refresh ``seq`` are numbered
+    ``seq * 2^31 + i``, unique without looking at the stored ones).  It is exact when every
+    weight is positive, which holds for a monotone query (filters, projections, inner joins,
+    UNION ALL) over sources that only gained rows.  A table with INT copy numbers (created by an
+    older version) numbers its copies after the stored ones instead.
     """
     all_cols = columns + [ROW_ID, DUP]
-    return (f"INSERT INTO {quote_name(target)} ({_list(all_cols)}) "
-            f"SELECT {_list(all_cols)} FROM ({_inserted_copies(columns, _numbered_copies(target, columns, delta_sql))})")
+    hashed = _hashed_delta(columns, delta_sql)
+    if dup_type == "bigint":
+        cols = ", ".join(f"`{c}`" for c in columns)
+        copies = (f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST({seq} AS BIGINT) * {SPARSE_STRIDE} + __i AS `{DUP}` "
+                  f"FROM ({hashed}) AS __x LATERAL VIEW explode(sequence(1, {W})) AS __i WHERE {W} > 0")
+    else:
+        copies = _inserted_copies(columns, hashed, _stored_copies(target, hashed), dup_type)
+    return f"INSERT INTO {quote_name(target)} ({_list(all_cols)}) SELECT {_list(all_cols)} FROM ({copies})"
 
 
-def _bag_merge(target: str, columns: list[str], delta_sql: str) -> str:
+def _bag_merge(target: str, columns: list[str], delta_sql: str, dup_type: str = "bigint") -> str:
     cols = ", ".join(f"`{c}`" for c in columns)
-    numbered = _numbered_copies(target, columns, delta_sql)
-    # +k copies: numbers n+1..n+k are inserted; −k copies: numbers n−k+1..n are deleted.
-    ops = (f"SELECT *, 'I' AS __op FROM ({_inserted_copies(columns, numbered)}) "
-           f"UNION ALL "
-           f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__dup AS INT) AS `{DUP}`, 'D' AS __op FROM ({numbered}) AS __y "
-           f"LATERAL VIEW explode(sequence(__n + {W} + 1, __n)) AS __dup WHERE {W} < 0 AND __n > 0")
+    hashed = _hashed_delta(columns, delta_sql)
+    stored = _stored_copies(target, hashed)
+    # +k copies: numbered after the highest stored number; −k copies: the k highest stored
+    # numbers are deleted (numbers need not be dense: appends number copies per refresh).
+    removed = (f"SELECT {cols}, __y.__rid AS `{ROW_ID}`, CAST(__s.__dup AS {dup_type}) AS `{DUP}`, 'D' AS __op "
+               f"FROM ({hashed}) AS __y JOIN ({stored}) AS __s ON __y.__rid = __s.__rid "
+               f"WHERE __y.{W} < 0 AND __s.__rank <= -__y.{W}")
+    ops = f"SELECT *, 'I' AS __op FROM ({_inserted_copies(columns, hashed, stored, dup_type)}) UNION ALL {removed}"
     all_cols = columns + [ROW_ID, DUP]
     return (f"MERGE INTO {quote_name(target)} AS t USING ({ops}) AS s "
             f"ON t.`{ROW_ID}` = s.`{ROW_ID}` AND t.`{DUP}` = s.`{DUP}` "

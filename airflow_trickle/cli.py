@@ -194,7 +194,7 @@ def _cell(value) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, default=str)
     text = str(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 if __name__ == "__main__":

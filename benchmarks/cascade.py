@@ -95,12 +95,14 @@ def main() -> None:
     parser.add_argument("--change", type=float, default=0.001)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--warehouse", default=None)
+    parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args()
 
     from airflow_trickle import Trickle
 
     tr = Trickle(args.warehouse or tempfile.mkdtemp(prefix="trickle-cascade-"), spark_master="local[2]",
-                 shuffle_partitions=4, differential_max_change_ratio=0.5)
+                 shuffle_partitions=4, differential_max_change_ratio=0.5,
+                 spark_conf={"spark.driver.memory": args.driver_memory})
     tr.sql("CREATE DATABASE IF NOT EXISTS bench")
     tr.sql("CREATE TABLE bench.src USING delta AS SELECT id, CAST(id % 1000 AS INT) AS g, "
            f"CAST(id % 97 AS INT) AS amount FROM range(0, {args.rows}) AS t(id)")

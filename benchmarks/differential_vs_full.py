@@ -110,9 +110,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--bag-rows", type=int, default=100_000, help="0 skips the bag scenario")
     parser.add_argument("--warehouse", default=None)
+    parser.add_argument("--driver-memory", default="4g", help="the sources' own DML at 10M+ rows needs more than 1g")
     args = parser.parse_args()
     warehouse = args.warehouse or tempfile.mkdtemp(prefix="trickle-bench-")
-    tr = Trickle(warehouse=warehouse, spark_master="local[2]", shuffle_partitions=4)
+    tr = Trickle(warehouse=warehouse, spark_master="local[2]", shuffle_partitions=4,
+                 spark_conf={"spark.driver.memory": args.driver_memory})
     sizes = [int(s) for s in args.rows.split(",")]
     table = []
     for rows in sizes:

@@ -104,4 +104,4 @@ def test_phase_clock_accumulates_and_formats():
     with clock.phase("plan"):
         pass
     assert set(clock.to_dict()) == {"plan"}  # no session: no job count
-    assert format_phases({"plan": 3, "commit": 2100, "spark_jobs": 11}) == "plan 3 · commit 2100 ms · 11 jobs"
+    assert format_phases({"commit": 2100, "plan": 3, "spark_jobs": 11}) == "plan 3 · commit 2100 ms · 11 jobs"

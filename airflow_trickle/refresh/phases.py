@@ -20,6 +20,10 @@ from contextlib import contextmanager
 from typing import Iterator
 
 
+#: The phases in the order a refresh runs them (stored JSON comes back sorted by name).
+PHASES = ("catalog", "versions", "schema", "plan", "commit", "record")
+
+
 class PhaseClock:
     """Accumulates milliseconds per phase name, in the order phases first ran."""
 
@@ -86,7 +90,8 @@ def format_phases(phases: dict | None) -> str:
     """``versions 12 · commit 2140 · record 35 ms · 15 jobs`` for tables and logs."""
     if not phases:
         return ""
-    parts = [f"{name} {ms}" for name, ms in phases.items() if name != "spark_jobs"]
+    names = [n for n in PHASES if n in phases] + [n for n in phases if n not in PHASES and n != "spark_jobs"]
+    parts = [f"{name} {phases[name]}" for name in names]
     text = " · ".join(parts) + " ms"
     if "spark_jobs" in phases:
         text += f" · {phases['spark_jobs']} jobs"

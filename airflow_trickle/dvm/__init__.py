@@ -29,19 +29,25 @@ def source_columns(env, st) -> dict[str, list[str]]:
     return columns
 
 
+def _refresh_versions(env, st, current: dict[str, int], deps):
+    """The versions a refresh's delta is computed between, and how each source's changes are
+    read (raw change rows: every applier consolidates what it needs)."""
+    from airflow_trickle.dvm.plan import Versions
+
+    return Versions(old=st.frontier, new=current, columns=source_columns(env, st),
+                    use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
+
+
 def differential_merge(env, st, current: dict[str, int]) -> tuple[str | None, str | None]:
     """The MERGE applying the change from ``st.frontier`` to ``current``, or ``(None, why not)``."""
     from airflow_trickle.dvm.apply import differential_merge_sql
-    from airflow_trickle.dvm.plan import Unsupported, Versions
+    from airflow_trickle.dvm.plan import Unsupported
 
     if set(st.frontier) != set(current):
         return None, "the set of sources differs from the frontier"
-    deps = env.catalog.dependencies(st.name)
-    use_cdf = {d.source_name: d.cdc_mode == "cdf" for d in deps}
-    columns = source_columns(env, st)
-    versions = Versions(old=st.frontier, new=current, columns=columns, use_cdf=use_cdf, consolidate=False)
+    versions = _refresh_versions(env, st, current, env.catalog.dependencies(st.name))
     try:
-        return differential_merge_sql(st, versions, columns), None
+        return differential_merge_sql(st, versions, versions.columns), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
 
@@ -55,7 +61,7 @@ def differential_append(env, st, current: dict[str, int]) -> str | None:
     """
     from airflow_trickle.deltalog import insert_only_commits
     from airflow_trickle.dvm.apply import bag_append_sql
-    from airflow_trickle.dvm.plan import Unsupported, Versions, plan
+    from airflow_trickle.dvm.plan import Unsupported, plan
     from airflow_trickle.sql.parse import non_monotone_constructs, parse_query
     from airflow_trickle.storage import dup_type
 
@@ -70,11 +76,9 @@ def differential_append(env, st, current: dict[str, int]) -> str | None:
         return None
     if non_monotone_constructs(parse_query(st.defining_query)):
         return None
-    columns = source_columns(env, st)
-    versions = Versions(old=st.frontier, new=current, columns=columns,
-                        use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
+    versions = _refresh_versions(env, st, current, deps)
     try:
-        return bag_append_sql(st.name, st.output_columns, plan(st.defining_query, columns).delta_sql(versions),
+        return bag_append_sql(st.name, st.output_columns, plan(st.defining_query, versions.columns).delta_sql(versions),
                               seq=st.refresh_seq + 1, dup_type=dup_type(st.storage))
     except Unsupported:
         return None

@@ -169,6 +169,29 @@ def _bag_merge(target: str, columns: list[str], delta_sql: str, dup_type: str = 
             f"WHEN NOT MATCHED AND s.__op = 'I' THEN INSERT ({_list(all_cols)}) VALUES ({_list(all_cols, 's.')})")
 
 
+def _delta_inputs(block: Block) -> tuple[list[str], dict[int, exp.Expression], list[exp.Expression]]:
+    """The aggregate block's input delta projected to ``__trickle_g<j>`` (group expressions) and
+    ``__trickle_x<i>`` (aggregate arguments): their names, the arguments, the projections."""
+    group_names = [f"__trickle_g{j}" for j in range(len(block.group))]
+    agg_args = {i: agg.this for i, agg in enumerate(block.aggregates)
+                if agg.this is not None and not isinstance(agg.this, exp.Star)}
+    inputs = [g.copy().as_(n) for g, n in zip(block.group, group_names)]
+    inputs += [arg.copy().as_(f"__trickle_x{i}") for i, arg in agg_args.items()]
+    return group_names, agg_args, inputs
+
+
+def _linear_change(name: str) -> tuple[str, str]:
+    """``(column, SQL)`` of a linear state column's per-group change over the input delta:
+    Δcount = Σw, Δn_i = Σ w·[x_i not null], Δs_i = Σ w·x_i."""
+    if name == COUNT:
+        return "__dc", f"SUM({W})"
+    if name.startswith("__trickle_n"):
+        i = name[len("__trickle_n"):]
+        return f"__dn{i}", f"SUM({W} * CASE WHEN __trickle_x{i} IS NULL THEN 0 ELSE 1 END)"
+    i = name[len("__trickle_s"):]
+    return f"__ds{i}", f"SUM({W} * __trickle_x{i})"
+
+
 def _linear_merge(st, block: Block, versions: Versions, types: dict[str, str]) -> str:
     """COUNT / SUM / AVG only: the MERGE itself advances the stored state, ``t.s + s.Δs``.
 
@@ -177,24 +200,9 @@ def _linear_merge(st, block: Block, versions: Versions, types: dict[str, str]) -
     MERGE's own join: the source never scans the storage table.
     """
     state = [tuple(x) for x in st.storage["state"]]
-    group_names = [f"__trickle_g{j}" for j in range(len(block.group))]
-    agg_args = {i: agg.this for i, agg in enumerate(block.aggregates)
-                if agg.this is not None and not isinstance(agg.this, exp.Star)}
-    inputs = [g.copy().as_(n) for g, n in zip(block.group, group_names)]
-    inputs += [arg.copy().as_(f"__trickle_x{i}") for i, arg in agg_args.items()]
-    # Per group: Δcount = Σw, Δn_i = Σ w·[x_i not null], Δs_i = Σ w·x_i.
-    change = {}
-    sums = []
-    for name, _ in state:
-        if name == COUNT:
-            change[name], total = "__dc", f"SUM({W})"
-        elif name.startswith("__trickle_n"):
-            i = name[len("__trickle_n"):]
-            change[name], total = f"__dn{i}", f"SUM({W} * CASE WHEN __trickle_x{i} IS NULL THEN 0 ELSE 1 END)"
-        else:
-            i = name[len("__trickle_s"):]
-            change[name], total = f"__ds{i}", f"SUM({W} * __trickle_x{i})"
-        sums.append((change[name], total))
+    group_names, _, inputs = _delta_inputs(block)
+    sums = [_linear_change(name) for name, _ in state]
+    change = {name: column for (name, _), (column, _) in zip(state, sums)}
     group_cols = ", ".join(group_names)
     unchanged = " AND ".join(f"COALESCE({total}, 0) = 0" for _, total in sums)
     per_group = (f"SELECT {group_cols + ', ' if group_cols else ''}"
@@ -251,29 +259,20 @@ def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]
     if not any(name.startswith("__trickle_m") for name, _ in state):
         return _linear_merge(st, block, versions, types)
     state_types = dict(state)
-    group_names = [f"__trickle_g{j}" for j in range(len(block.group))]
-    agg_args = {}
-    for i, agg in enumerate(block.aggregates):
-        if agg.this is not None and not isinstance(agg.this, exp.Star):
-            agg_args[i] = agg.this
-    inputs = [g.copy().as_(n) for g, n in zip(block.group, group_names)]
-    inputs += [arg.copy().as_(f"__trickle_x{i}") for i, arg in agg_args.items()]
+    group_names, agg_args, inputs = _delta_inputs(block)
     input_cols = ", ".join(group_names + [f"__trickle_x{i}" for i in agg_args])
     # Consolidated, so a row added by one join term and removed by another leaves no trace.
     delta = (f"SELECT {input_cols}, SUM({W}) AS {W} FROM ({block.input_delta_sql(versions, inputs)}) AS __raw "
              f"GROUP BY {input_cols} HAVING SUM({W}) <> 0")
     # Per group: Δcount = Σw, Δn_i = Σ w·[x_i not null], Δs_i = Σ w·x_i,
     # MIN/MAX: the extreme inserted value and the extreme deleted value.
-    sums = [f"SUM({W}) AS __dc"]
+    sums = []
     extremes = {}
     for name, _ in state:
-        if name.startswith("__trickle_n"):
-            i = name[len("__trickle_n"):]
-            sums.append(f"SUM({W} * CASE WHEN __trickle_x{i} IS NULL THEN 0 ELSE 1 END) AS __dn{i}")
-        elif name.startswith("__trickle_s"):
-            i = name[len("__trickle_s"):]
-            sums.append(f"SUM({W} * __trickle_x{i}) AS __ds{i}")
-        elif name.startswith("__trickle_m"):
+        if not name.startswith("__trickle_m"):
+            column, total = _linear_change(name)
+            sums.append(f"{total} AS {column}")
+        else:
             i = name[len("__trickle_m"):]
             fn = block.aggregates[int(i)].sql_name().upper()
             extremes[i] = fn
@@ -295,12 +294,7 @@ def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]
             advanced.append(f"CAST(CASE WHEN {rescans[i]} THEN r.__r{i} ELSE {pick}(t.`{name}`, d.__di{i}) END "
                             f"AS {kind}) AS `{name}`")
             continue
-        if name == COUNT:
-            change = "__dc"
-        elif name.startswith("__trickle_n"):
-            change = f"__dn{name[len('__trickle_n'):]}"
-        else:
-            change = f"__ds{name[len('__trickle_s'):]}"
+        change = _linear_change(name)[0]
         advanced.append(f"CAST(COALESCE(t.`{name}`, 0) + COALESCE(d.{change}, 0) AS {kind}) AS `{name}`")
     stored = f"SELECT * FROM {quote_name(st.name)} WHERE `{DUP}` = 1"
     joined = (f"({per_group}) AS d LEFT JOIN ({stored}) AS t "

@@ -23,7 +23,7 @@ from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError, TrickleError
 from airflow_trickle.names import quote_name
-from airflow_trickle.refresh.cost import ChangeEstimate, full_is_cheaper, observed_fanout, touched_rows
+from airflow_trickle.refresh.cost import ChangeEstimate, full_is_cheaper, observed_fanout
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
 from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.deltalog import changed_rows, latest_version, recorded_refreshes, row_count
@@ -256,7 +256,6 @@ def apply_refresh(env: Environment, st: StreamTable, action: str, current: dict[
         else:
             action, reason = "FULL", f"change feed unavailable ({_short(err)[:200]}); recomputed"
         metadata["action"] = action
-        appending = False
         with clock.phase("commit"):
             metrics = with_retries(env, lambda: commit(full_refresh_sql(env, st, current)))
     touched = None

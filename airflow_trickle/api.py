@@ -26,7 +26,13 @@ from airflow_trickle.names import qualify_name
 from airflow_trickle.refresh import RefreshResult, refresh_stream_table
 from airflow_trickle.schedule import parse_schedule
 from airflow_trickle.spark.delta import table_location
-from airflow_trickle.spark.session import CATALOG_DIR, build_session, default_warehouse, sync_warehouse_tables
+from airflow_trickle.spark.session import (
+    CATALOG_DIR,
+    build_session,
+    connect_session,
+    default_warehouse,
+    sync_warehouse_tables,
+)
 
 _UNSET = object()
 
@@ -35,16 +41,22 @@ class Trickle:
     """Stream tables of one warehouse.
 
     ``Trickle(warehouse=DIR)`` starts an embedded local Spark session with Delta (tables under
-    DIR); ``Trickle(spark=session)`` uses the caller's session (a cluster, a real metastore),
-    with the catalog under ``warehouse`` or else the session's ``spark.sql.warehouse.dir``.
+    DIR); ``Trickle(remote="sc://host:port")`` works through the Spark service (``trickle serve``)
+    instead, with no JVM in this process; ``Trickle(spark=session)`` uses the caller's session,
+    classic or Spark Connect (a cluster, a real metastore), with the catalog under ``warehouse``
+    or else the session's ``spark.sql.warehouse.dir``.
     """
 
-    def __init__(self, warehouse: str | None = None, *, spark=None, config: TrickleConfig | None = None, **settings):
+    def __init__(self, warehouse: str | None = None, *, spark=None, remote: str | None = None,
+                 config: TrickleConfig | None = None, **settings):
         self.config = config or TrickleConfig.from_env(warehouse=warehouse, **settings)
         if warehouse is not None:
             self.config.warehouse = warehouse
+        if spark is not None and remote is not None:
+            raise TrickleError("pass spark=session or remote=address, not both")
         self._spark = spark
-        if self._spark is None and not self.config.warehouse:
+        self.remote = remote
+        if self._spark is None and self.remote is None and not self.config.warehouse:
             raise TrickleError("no warehouse given: pass warehouse=DIR, set TRICKLE_WAREHOUSE, or pass spark=session")
         if self.config.warehouse and "://" not in self.config.warehouse:
             self.config.warehouse = os.path.abspath(self.config.warehouse)
@@ -55,14 +67,24 @@ class Trickle:
     def spark(self):
         """The Spark session (started on first use for the embedded default)."""
         if self._spark is None:
-            self._spark = build_session(self.config, self.config.warehouse)
+            if self.remote is not None:
+                self._spark = connect_session(self.remote, self.config, warehouse=self.config.warehouse)
+            else:
+                self._spark = build_session(self.config, self.config.warehouse)
             sync_warehouse_tables(self._spark, self.warehouse)
         return self._spark
+
+    def close(self) -> None:
+        """Stop this object's Spark session (over Connect: release it; the service keeps running)."""
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
 
     @property
     def warehouse(self) -> str:
         if not self.config.warehouse:
-            self.config.warehouse = default_warehouse(self._spark).removeprefix("file:")
+            spark = self._spark if self._spark is not None else self.spark
+            self.config.warehouse = default_warehouse(spark).removeprefix("file:")
         return self.config.warehouse
 
     @cached_property

@@ -3,9 +3,13 @@
     trickle --warehouse DIR create shop.totals --query "SELECT ..." --schedule 5m
     trickle --warehouse DIR refresh shop.totals --mode FULL
     trickle --warehouse DIR status --json
+    trickle --warehouse DIR serve [--port 15002] [--detach | --stop | --status]
 
-``--warehouse`` defaults to ``$TRICKLE_WAREHOUSE``.  Output is a table for people, JSON with
-``--json``.  Errors print one line naming the stream table and the cause, and exit 2.
+``--warehouse`` defaults to ``$TRICKLE_WAREHOUSE``.  When a Spark service runs for the
+warehouse (``trickle serve``), every verb works through it (a second, no JVM start);
+``--remote sc://host:port`` (or ``$TRICKLE_REMOTE``) names a service explicitly, ``--embedded``
+starts a Spark of its own.  Output is a table for people, JSON with ``--json``.  Errors print
+one line naming the stream table and the cause, and exit 2.
 """
 from __future__ import annotations
 
@@ -24,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warehouse", default=os.environ.get("TRICKLE_WAREHOUSE"),
                         help="warehouse directory (default: $TRICKLE_WAREHOUSE)")
     parser.add_argument("--master", default=None, help="Spark master (default: local[*])")
+    parser.add_argument("--remote", default=os.environ.get("TRICKLE_REMOTE"),
+                        help="Spark service address sc://host:port (default: $TRICKLE_REMOTE, else the service "
+                             "running for the warehouse, else an embedded Spark)")
+    parser.add_argument("--embedded", action="store_true", help="start an embedded Spark even if a service runs")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of a table")
@@ -74,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sql = verbs.add_parser("sql", help="run Spark SQL in the warehouse (e.g. to create sources)")
     sql.add_argument("statement")
+
+    serve = verbs.add_parser("serve", help="run the Spark service of the warehouse (Spark Connect)")
+    serve.add_argument("--port", type=int, default=None, help="port to listen on (default 15002; 0: any free port)")
+    what = serve.add_mutually_exclusive_group()
+    what.add_argument("--detach", action="store_true", help="start in the background, print the address, return")
+    what.add_argument("--stop", action="store_true", help="stop the running service")
+    what.add_argument("--status", action="store_true", help="print the running service's address and pid")
     return parser
 
 
@@ -89,11 +104,59 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _serve(args) -> int:
+    from airflow_trickle.spark import service
+
+    if args.stop:
+        stopped = service.stop_service(args.warehouse)
+        if stopped is None and not args.json:
+            print(f"no Spark service runs for warehouse {args.warehouse}", file=sys.stderr)
+        else:
+            _emit(args, [{"stopped": stopped.address if stopped else None, "pid": stopped.pid if stopped else None}])
+        return 0 if stopped else 1
+    if args.status:
+        running = service.read_service(args.warehouse)
+        if running is None and not args.json:
+            print(f"no Spark service runs for warehouse {args.warehouse}", file=sys.stderr)
+        else:
+            _emit(args, [asdict(running)] if running else [])
+        return 0 if running else 1
+    port = service.DEFAULT_PORT if args.port is None else args.port
+    if args.detach:
+        info = service.start_detached(args.warehouse, port=port, master=args.master)
+        _emit(args, [asdict(info)])
+        return 0
+    return service.serve(args.warehouse, port=port, master=args.master,
+                         ready=lambda info: print(info.address, flush=True))
+
+
+def _remote(args) -> str | None:
+    """The service to work through: ``--remote``, else the one running for the warehouse."""
+    if args.embedded:
+        return None
+    if args.remote:
+        return args.remote
+    from airflow_trickle.spark.service import read_service
+
+    running = read_service(args.warehouse)
+    return running.address if running else None
+
+
 def _run(args) -> int:
     from airflow_trickle.api import Trickle
 
+    if args.verb == "serve":
+        return _serve(args)
     settings = {"spark_master": args.master} if args.master else {}
-    tr = Trickle(warehouse=args.warehouse, **settings)
+    tr = Trickle(warehouse=args.warehouse, remote=_remote(args), **settings)
+    try:
+        return _verb(tr, args)
+    finally:
+        if tr.remote is not None:
+            tr.close()
+
+
+def _verb(tr, args) -> int:
     if args.verb == "create":
         query = args.query if args.query is not None else open(args.query_file, encoding="utf-8").read()
         kwargs = {}

@@ -48,7 +48,7 @@ _PROJECT_KEYS = {"project", "warehouse", "sources", "defaults", "settings", "spa
 _TABLE_KEYS = {"name", "query", "query_file", "schedule", "refresh_mode", "diamond_consistency",
                "diamond_schedule_policy", "freshness", "description"}
 _DEFAULT_KEYS = {"schedule", "refresh_mode", "diamond_consistency", "diamond_schedule_policy", "freshness_factor"}
-_SPARK_KEYS = {"conn_id", "conf", "deploy_mode", "driver_memory", "executor_memory", "num_executors"}
+_SPARK_KEYS = {"connection", "conn_id", "submit", "conf", "deploy_mode", "driver_memory", "executor_memory", "num_executors"}
 _AIRFLOW_KEYS = {"dag_id", "schedule", "pool", "tags", "freshness_notifier", "deadline", "deadline_callback",
                  "max_active_runs", "retries", "retry_delay", "start_date"}
 
@@ -117,9 +117,14 @@ class RefreshUnit:
 
 @dataclass(frozen=True)
 class SparkSettings:
-    """How refresh jobs are submitted: the Airflow Spark connection and extra Spark configuration."""
+    """How refreshes run: the Airflow connection, Spark Connect or spark-submit, extra Spark configuration.
+
+    ``submit`` None lets the connection decide: a ``spark_connect`` connection runs the engine
+    in the task process against the Spark service; a ``spark`` connection submits a job.
+    """
 
     conn_id: str = "spark_local"
+    submit: bool | None = None
     conf: dict = field(default_factory=dict)
     deploy_mode: str | None = None
     driver_memory: str | None = None
@@ -387,7 +392,13 @@ def _settings(raw: dict) -> dict:
 def _spark_settings(raw: dict) -> SparkSettings:
     _check_keys(raw, _SPARK_KEYS, "spark")
     conf = _mapping(raw.get("conf"), "spark.conf")
-    return SparkSettings(conn_id=str(raw.get("conn_id", "spark_local")), conf={k: str(v) for k, v in conf.items()},
+    if "connection" in raw and "conn_id" in raw:
+        raise ProjectError("spark: give 'connection' (or its older name 'conn_id'), not both")
+    submit = raw.get("submit")
+    if submit is not None and not isinstance(submit, bool):
+        raise ProjectError(f"spark.submit must be true or false, not {submit!r}")
+    return SparkSettings(conn_id=str(raw.get("connection", raw.get("conn_id", "spark_local"))), submit=submit,
+                         conf={k: str(v) for k, v in conf.items()},
                          deploy_mode=raw.get("deploy_mode"), driver_memory=raw.get("driver_memory"),
                          executor_memory=raw.get("executor_memory"), num_executors=raw.get("num_executors"))
 

@@ -17,6 +17,8 @@ downstream stream tables read a stream table's changes like any source's.
 """
 from __future__ import annotations
 
+import shutil
+
 from airflow_trickle.names import quote_name
 
 ROW_ID = "__trickle_row_id"
@@ -54,7 +56,7 @@ def create_storage_table(spark, name: str, columns: list[tuple[str, str]], stora
 
 
 def drop_storage_table(spark, name: str) -> None:
-    """Drop the table and remove its files (the embedded catalog registers tables as external)."""
+    """Drop the table and remove its files (the embedded catalog may register tables as external)."""
     location = None
     try:
         row = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").select("location").first()
@@ -67,6 +69,18 @@ def drop_storage_table(spark, name: str) -> None:
 
 
 def _remove_location(spark, location: str) -> None:
+    """Remove a dropped table's files: a local warehouse from here (this process shares the
+    filesystem with the embedded session or the local Spark service); a remote one through
+    Hadoop where a classic session offers it.  Over Spark Connect to a remote store the
+    metastore's managed ``DROP TABLE`` already removed them."""
+    from airflow_trickle.spark.session import _local_path, is_connect
+
+    local = _local_path(location)
+    if local:
+        shutil.rmtree(local, ignore_errors=True)
+        return
+    if is_connect(spark):
+        return
     jvm = spark._jvm
     path = jvm.org.apache.hadoop.fs.Path(location)
     fs = path.getFileSystem(spark._jsc.hadoopConfiguration())

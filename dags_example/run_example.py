@@ -1,9 +1,10 @@
-"""The example, end to end: Airflow (SQLite) runs the generated DAG; each refresh is a spark-submit job.
+"""The example, end to end: Airflow (SQLite) runs the generated DAG against the Spark service.
 
-    python dags_example/run_example.py [--warehouse DIR] [--report FILE]
+    python dags_example/run_example.py [--warehouse DIR] [--report FILE] [--spark connect|submit]
 
-1. migrates a throw-away Airflow metadata DB and creates the sources ``shop.orders`` and
-   ``shop.customers`` in the warehouse;
+1. starts the Spark service for the warehouse (``trickle serve``; with ``--spark submit``,
+   every refresh is a spark-submit job instead), migrates a throw-away Airflow metadata DB and
+   creates the sources ``shop.orders`` and ``shop.customers`` in the warehouse;
 2. runs the DAG of ``shop/trickle.yaml`` (``trickle_shop.py`` in this folder) with
    ``dag.test()``: the first run creates and populates the six stream tables;
 3. changes the sources and runs it again: every stream table refreshes DIFFERENTIALLY;
@@ -11,7 +12,10 @@
    ``shop.order_lines`` and ``shop.top_customers``: those two refresh (top_customers although
    its upstream, not selected, is skipped), the others are skipped;
 5. tries a run for an unknown table (refused), then checks every stream table against its
-   defining query at its frontier versions and prints what it holds.
+   defining query at its frontier versions, prints what it holds, and stops the service.
+
+The project names the Airflow connection ``trickle_spark``; its type decides how refresh tasks
+run (``spark_connect``: in the task process, against the service; ``spark``: spark-submit).
 """
 from __future__ import annotations
 
@@ -21,10 +25,38 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DAG_ID = "trickle_shop"
+STARTED = time.monotonic()
+
+
+def step(text: str) -> None:
+    print(f"[{time.monotonic() - STARTED:5.0f} s] {text}", flush=True)
+
+
+def start_spark(warehouse: str, how: str):
+    """The Spark the example uses, and the Airflow connection its refresh tasks use.
+
+    ``connect``: the Spark service (one JVM for the whole example; this process and every task
+    are Spark Connect clients).  ``submit``: an embedded session here, spark-submit per task.
+    Returns ``(Trickle, service or None)``.
+    """
+    from airflow_trickle import Trickle
+
+    if how == "submit":
+        os.environ["AIRFLOW_CONN_TRICKLE_SPARK"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
+        return Trickle(warehouse, spark_master="local[2]", shuffle_partitions=2), None
+    from airflow_trickle.spark.service import start_detached
+
+    started = time.monotonic()
+    service = start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
+    step(f"Spark service at {service.address} (ready in {time.monotonic() - started:.0f} s)")
+    host, port = service.host_port
+    os.environ["AIRFLOW_CONN_TRICKLE_SPARK"] = json.dumps({"conn_type": "spark_connect", "host": host, "port": port})
+    return Trickle(warehouse, remote=service.address, shuffle_partitions=2), service
 
 
 def prepare_airflow(warehouse: str, home: str) -> None:
@@ -38,7 +70,6 @@ def prepare_airflow(warehouse: str, home: str) -> None:
         # dag.test() of Airflow 3.3.2 fails after a run whose DAG carries deadline=; see docs/airflow.md
         "TRICKLE_DAG_DEADLINES": "off",
     })
-    os.environ.setdefault("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     Path(home).mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
@@ -55,19 +86,24 @@ def create_sources(tr) -> None:
 
 
 def run_dag(dag, title: str, conf: dict | None = None) -> dict:
-    """One ``dag.test()`` run; returns its state and every task's state."""
+    """One ``dag.test()`` run; returns its state, every task's state, and its wall time."""
+    started = time.monotonic()
     run = dag.test(run_conf=conf)
+    seconds = round(time.monotonic() - started, 1)
     from airflow.models import DagRun
     from airflow.utils.session import create_session
 
     with create_session() as session:
         run = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run.run_id).one()
-        tasks = {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
+        instances = run.get_task_instances(session=session)
+        tasks = {ti.task_id: str(ti.state) for ti in instances}
+        durations = {ti.task_id: round(ti.duration, 2) for ti in instances if ti.duration is not None}
         state = str(run.state)
-    print(f"\n== {title}: run {state} ==")
+    print(f"\n== {title}: run {state} in {seconds} s ==")
     for task_id, task_state in sorted(tasks.items()):
         print(f"  {task_id:<34} {task_state}")
-    return {"title": title, "state": state, "tasks": tasks}
+    return {"title": title, "state": state, "tasks": tasks, "seconds": seconds, "run_id": run.run_id,
+            "task_seconds": durations}
 
 
 def asset_events() -> list[dict]:
@@ -93,7 +129,10 @@ def check_tables(tr) -> dict:
         matches = stored.exceptAll(expected).count() == 0 and expected.exceptAll(stored).count() == 0
         rows = sorted((json.dumps(r.asDict(), default=str, sort_keys=True) for r in stored.collect()))
         history = tr.history(st.name, limit=12)
-        report[st.name] = {"matches_query": matches, "rows": [json.loads(r) for r in rows],
+        refreshes = [{"action": h.action, "initiated_by": h.initiated_by, "phases": h.phases,
+                      "seconds": (h.end_time - h.start_time).total_seconds() if h.end_time and h.start_time else None}
+                     for h in history if h.status != "ALERT"]
+        report[st.name] = {"matches_query": matches, "rows": [json.loads(r) for r in rows], "refreshes": refreshes,
                            "last_actions": [h.action for h in history if h.status != "ALERT"][:4],
                            "alerts": [h.reason for h in history if h.status == "ALERT"]}
     return report
@@ -103,22 +142,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--warehouse", default=None, help="warehouse directory (default: a new temporary one)")
     parser.add_argument("--report", default=None, help="write a JSON report of the runs and tables here")
+    parser.add_argument("--spark", choices=("connect", "submit"), default="connect",
+                        help="refresh tasks over the Spark service (default) or as spark-submit jobs")
     args = parser.parse_args()
     warehouse = os.path.abspath(args.warehouse or tempfile.mkdtemp(prefix="trickle-example-"))
-    prepare_airflow(warehouse, os.path.join(warehouse, "_airflow"))
     print(f"warehouse: {warehouse}")
+    tr, service = start_spark(warehouse, args.spark)
+    try:
+        return run_example(tr, warehouse, args.report)
+    finally:
+        tr.close()
+        if service is not None:
+            from airflow_trickle.spark.service import stop_service
 
+            stop_service(warehouse)
+            step("Spark service stopped")
+
+
+def run_example(tr, warehouse: str, report: str | None) -> int:
+    prepare_airflow(warehouse, os.path.join(warehouse, "_airflow"))
+    step("Airflow metadata DB ready")
     from airflow.dag_processing.dagbag import DagBag
 
-    from airflow_trickle import Trickle
-
-    tr = Trickle(warehouse, spark_master="local[2]", shuffle_partitions=2)
     create_sources(tr)
+    step("sources created")
     dagbag = DagBag(dag_folder=str(HERE))
     if dagbag.import_errors:
         print(dagbag.import_errors, file=sys.stderr)
         return 1
     dag = dagbag.get_dag(DAG_ID)
+    started = time.monotonic()
     runs = [run_dag(dag, "first run: create and populate")]
 
     tr.sql("INSERT INTO shop.orders VALUES (7, 3, 400.00), (8, NULL, 75.00)")
@@ -143,6 +196,7 @@ def main() -> int:
     for event in events[:4]:
         print(f"  {event['asset']:<34} from {event['task']:<30} {event['extra']}")
     tables = check_tables(tr)
+    step("stream tables checked against their queries")
     for name, info in tables.items():
         print(f"\n{name}: {'equals' if info['matches_query'] else 'DIFFERS FROM'} its query at its frontier; "
               f"last actions {info['last_actions']}")
@@ -150,9 +204,10 @@ def main() -> int:
             print("  ", row)
         for alert in info["alerts"]:
             print("   ALERT:", alert)
-    if args.report:
-        Path(args.report).write_text(json.dumps({"runs": runs, "refused": refused, "tables": tables,
-                                                 "asset_events": events}, indent=1, default=str))
+    print(f"\nthree DAG runs and the refusal in {time.monotonic() - started:.0f} s")
+    if report:
+        Path(report).write_text(json.dumps({"runs": runs, "refused": refused, "tables": tables,
+                                            "asset_events": events}, indent=1, default=str))
     ok = all(r["state"].endswith("success") for r in runs) and refused and all(
         t["matches_query"] for t in tables.values())
     return 0 if ok else 1

@@ -9,6 +9,8 @@ from airflow_trickle.errors import CycleError, DefinitionError, RefreshError, Un
 from airflow_trickle.refresh import refresh_stream_table
 from tests.conftest import rows, visible
 
+pytestmark = pytest.mark.both_spark_modes
+
 
 def oracle(tr, name: str) -> list[tuple]:
     """The stream table's defining query at its frontier versions."""

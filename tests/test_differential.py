@@ -8,6 +8,8 @@ from airflow_trickle.errors import RefreshError, UnsupportedConstructError
 from airflow_trickle.refresh import engine
 from tests.oracle import multiset
 
+pytestmark = pytest.mark.both_spark_modes
+
 
 def make_sources(tr, db, rows=20):
     tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")

@@ -23,6 +23,8 @@ from airflow_trickle.errors import (
 )
 from tests.conftest import rows, visible
 
+pytestmark = pytest.mark.both_spark_modes
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -227,35 +229,34 @@ def test_error_count_and_suspension(tr, db):
     assert len(failed) == 3 and "DIVIDE_BY_ZERO" in failed[0].error_message.upper().replace(" ", "_")
 
 
-def run_cli(*args, warehouse, check=True):
-    env = {**os.environ, "PYTHONPATH": REPO}
-    proc = subprocess.run([sys.executable, "-m", "airflow_trickle.cli", "--warehouse", warehouse, "--master", "local[1]", *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+def run_cli(*args, warehouse, env, check=True):
+    proc = subprocess.run([sys.executable, "-m", "airflow_trickle.cli", "--warehouse", warehouse, "--master", "local[1]",
+                           *args], capture_output=True, text=True, env=env, timeout=300)
     if check:
         assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 
 
-def test_cli_create_status_refresh_and_errors(tr, db, warehouse):
+def test_cli_create_status_refresh_and_errors(tr, db, warehouse, subprocess_env):
     orders(tr, db)
     proc = run_cli("create", f"{db}.cli_st", "--query", f"SELECT id, amount FROM {db}.orders", "--mode", "FULL",
-                   "--schedule", "2m", "--json", warehouse=warehouse)
+                   "--schedule", "2m", "--json", warehouse=warehouse, env=subprocess_env)
     status = json.loads(proc.stdout)
     assert status[0]["name"] == f"{db}.cli_st" and status[0]["is_populated"] and status[0]["schedule"] == "2m"
     assert visible(tr, f"{db}.cli_st") == expected(tr, f"SELECT id, amount FROM {db}.orders")
-    bad = run_cli("create", f"{db}.cli_bad", "--query", "SELECT FROM WHERE", warehouse=warehouse, check=False)
+    bad = run_cli("create", f"{db}.cli_bad", "--query", "SELECT FROM WHERE", warehouse=warehouse, env=subprocess_env,
+                  check=False)
     assert bad.returncode == 2 and f"stream table '{db}.cli_bad'" in bad.stderr and "does not parse" in bad.stderr
 
 
-def test_two_refresh_jobs_in_two_processes_at_once(tr, db, warehouse):
+def test_two_refresh_jobs_in_two_processes_at_once(tr, db, warehouse, subprocess_env):
     for side in ("a", "b"):
         tr.sql(f"CREATE TABLE {db}.src_{side} (id INT, cid INT, amount INT) USING delta")
         tr.sql(f"INSERT INTO {db}.src_{side} VALUES (1, 1, 1)")
         tr.create_stream_table(f"{db}.st_{side}", f"SELECT cid, sum(amount) AS total FROM {db}.src_{side} GROUP BY cid",
                                refresh_mode="FULL")
-    env = {**os.environ, "PYTHONPATH": REPO}
     workers = [subprocess.Popen([sys.executable, "-m", "tests.helpers.worker", warehouse, f"{db}.src_{side}",
-                                 f"{db}.st_{side}", "3"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                 f"{db}.st_{side}", "3"], cwd=REPO, env=subprocess_env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for side in ("a", "b")]
     outputs = [w.communicate(timeout=600) for w in workers]
     for worker, (out, err) in zip(workers, outputs):
@@ -267,6 +268,8 @@ def test_two_refresh_jobs_in_two_processes_at_once(tr, db, warehouse):
         assert len([h for h in tr.history(name) if h.action == "FULL" and h.status == "COMPLETED"]) == 4
 
 
-def test_tables_made_by_another_application_are_visible_by_name(tr, db, warehouse):
-    run_cli("sql", f"CREATE TABLE {db}.made_elsewhere USING delta AS SELECT 42 AS x", warehouse=warehouse)
+def test_tables_made_by_another_application_are_visible_by_name(tr, db, warehouse, subprocess_env):
+    # --embedded: another Spark application with a catalog of its own, even beside a service
+    run_cli("--embedded", "sql", f"CREATE TABLE {db}.made_elsewhere USING delta AS SELECT 42 AS x",
+            warehouse=warehouse, env=subprocess_env)
     assert rows(tr.sql(f"SELECT * FROM {db}.made_elsewhere")) == [(42,)]

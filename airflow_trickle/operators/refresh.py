@@ -1,11 +1,19 @@
-"""``StreamTableRefreshOperator``: refresh one stream table (or one atomic group) as a Spark job.
+"""``StreamTableRefreshOperator``: refresh one stream table (or one atomic group) with Spark.
 
-Before any Spark starts, the task answers what it can from the catalog and the Delta logs
+Before any Spark is involved, the task answers what it can from the catalog and the Delta logs
 (milliseconds, no JVM): is the unit selected in this run, is it due, is its data stale, is
 there anything new beyond its frontier.  A unit with nothing to do ends as *skipped*; the tasks
-downstream run anyway (their trigger rule is ``none_failed``) and decide for themselves.  Only
-real work is submitted, with ``spark-submit`` through the Spark provider: ``local[*]`` when the
-Spark connection says so, any cluster otherwise.
+downstream run anyway (their trigger rule is ``none_failed``) and decide for themselves.
+
+Real work runs one of two ways, chosen by the project's ``spark`` section (or, by default, by
+the type of its Airflow connection):
+
+* **Spark Connect** (a ``spark_connect`` connection): the task runs the engine in its own
+  process against the long-lived Spark service (``trickle serve``) -- no JVM in the worker,
+  so a refresh costs its query, not a JVM start;
+* **spark-submit** (a ``spark`` connection, or ``submit: true``): the task submits
+  :mod:`airflow_trickle.spark.job` through the Spark provider -- ``local[*]``, YARN,
+  Kubernetes or a standalone cluster, as the connection says.
 """
 from __future__ import annotations
 
@@ -101,7 +109,10 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
             raise AirflowSkipException(f"nothing to refresh ({', '.join(actions)}): "
                                        + "; ".join(f"{n}: {o['reason']}" for n, o in outcomes.items()))
 
-        self._check_connection()
+        if not self._submits():
+            outcomes.update(self._refresh_over_connect(project, unit, needing, selection.mode, tag))
+            self._emit_asset_events(context, outcomes)
+            return outcomes
         self.application_args = ["--spec", json.dumps(project.to_job_spec(needing)), "--tables", ",".join(needing),
                                  "--mode", selection.mode, "--initiated-by", tag]
         if unit.is_group:
@@ -136,16 +147,55 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
         conf.pop("spark.sql.warehouse.dir", None) if "://" in self.project.warehouse else None
         return conf
 
-    def _check_connection(self) -> None:
+    def _submits(self) -> bool:
+        """True: spark-submit a job; False: run over Spark Connect (see the module docstring)."""
+        conn_type = self._connection().conn_type
+        submit = self.project.spark.submit
+        if submit is None:
+            return conn_type != "spark_connect"
+        if not submit and conn_type != "spark_connect":
+            raise AirflowException(f"spark.submit is false but connection {self._conn_id!r} is of type "
+                                   f"{conn_type!r}; refreshes over Spark Connect need a 'spark_connect' connection")
+        return submit
+
+    def _connection(self):
         from airflow.sdk import BaseHook
 
         try:
-            BaseHook.get_connection(self._conn_id)
+            return BaseHook.get_connection(self._conn_id)
         except Exception as err:  # noqa: BLE001 - the provider would silently fall back to YARN
             raise AirflowException(
-                f"Spark connection {self._conn_id!r} is not defined ({err}); for local Spark set "
-                f"AIRFLOW_CONN_{self._conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}'"
-            ) from None
+                f"Spark connection {self._conn_id!r} is not defined ({err}); for the Spark service set "
+                f"AIRFLOW_CONN_{self._conn_id.upper()}='{{\"conn_type\": \"spark_connect\", \"host\": "
+                f"\"sc://127.0.0.1\", \"port\": 15002}}' (after `trickle serve`), or for spark-submit on local "
+                f"Spark '{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}'") from None
+
+    def _refresh_over_connect(self, project: Project, unit: RefreshUnit, names: list[str], mode: str,
+                              tag: str) -> dict[str, dict]:
+        """Run the refresh job's steps in this process, against the Spark service."""
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from airflow_trickle.api import Trickle
+        from airflow_trickle.errors import TrickleError
+        from airflow_trickle.spark.job import run
+
+        address = SparkConnectHook(self._conn_id).get_connection_url()
+        self.log.info("refreshing %s over Spark Connect at %s (mode %s)", ", ".join(names), address, mode)
+        group = ({"members": list(unit.members), "convergence_points": list(unit.convergence_points)}
+                 if unit.is_group else None)
+        tr = Trickle(project.warehouse, remote=address, config=project.config())
+        try:
+            tr.sync()
+            results = run(tr, project.to_job_spec(names), names, mode=mode, initiated_by=tag, group=group)
+        except TrickleError as err:
+            raise AirflowException(str(err)) from None
+        finally:
+            tr.close()
+        outcomes = {}
+        for result in results:
+            name = result.pop("name")
+            outcomes[name] = {"table_version": _table_version(tr, name), **result}
+        return outcomes
 
     def _check_freshness(self, context, hook, rows: dict, now, tag: str) -> None:
         from airflow_trickle.planning import freshness_miss
@@ -189,6 +239,12 @@ def _initiated_by(context) -> str:
     run = context.get("dag_run")
     return (f"AIRFLOW {getattr(ti, 'dag_id', '?')}/{getattr(run, 'run_id', '?')}/"
             f"{getattr(ti, 'task_id', '?')}#{getattr(ti, 'try_number', 1)}")
+
+
+def _table_version(tr, name: str) -> int:
+    from airflow_trickle.deltalog import latest_version
+
+    return latest_version(tr.get(name).location)
 
 
 def _outcome(hook, name: str, started) -> dict:

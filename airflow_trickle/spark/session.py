@@ -122,15 +122,59 @@ def uses_in_memory_catalog(spark) -> bool:
     return spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory"
 
 
+def is_connect(spark) -> bool:
+    """True for a Spark Connect session (no JVM in this process: public APIs only)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def sync_warehouse_tables(spark, warehouse: str) -> None:
     """Make every Delta table stored under a local ``warehouse`` visible by name in ``spark``.
 
-    Only for sessions on the in-memory catalog (the embedded default); a real metastore already
-    shares names between applications.
+    Only for sessions on the in-memory catalog (the embedded default and the Spark service); a
+    real metastore already shares names between applications.  Public catalog APIs and SQL
+    only, so it works the same over Spark Connect: the directory scan runs here, the
+    registrations on the server, whose in-memory catalog every Connect session shares.
+    Tables registered here are *external* (``CREATE TABLE ... LOCATION``): dropping a stream
+    table removes its files explicitly (:func:`airflow_trickle.storage.drop_storage_table`).
     """
     root = _local_path(warehouse)
     if not root or not os.path.isdir(root) or not uses_in_memory_catalog(spark):
         return
+    on_disk = _tables_on_disk(root)
+    # Only what changed on disk since the last sync costs catalog calls: with many tables a
+    # full pass (a SHOW TABLES per database, an exists check per table) took a second.
+    seen = _seen_on_disk.setdefault((id(spark), root), set())
+    appeared = [key for key in sorted(on_disk) if key not in seen]
+    if appeared:
+        registered = _registered_tables(spark, {key.split(".", 1)[0] for key in appeared})
+        for key in appeared:
+            database, table = key.split(".", 1)
+            if database not in registered:
+                spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+                registered[database] = set()
+            if table and table not in registered[database]:
+                location = on_disk[key].replace("\\", "\\\\").replace("'", "\\'")
+                try:
+                    spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION '{location}'")
+                except Exception:  # noqa: BLE001 - a table being created or dropped right now: next sync
+                    continue
+            seen.add(key)
+    for key in sorted(seen - set(on_disk)):  # gone from disk since the last sync: dropped elsewhere
+        seen.discard(key)
+        database, table = key.split(".", 1)
+        if table:
+            try:
+                spark.sql(f"DROP TABLE IF EXISTS `{database}`.`{table}`")
+            except Exception:  # noqa: BLE001 - the name is unusable either way; the next sync retries
+                seen.add(key)
+
+
+#: Per (session, warehouse): the tables a sync saw on disk (and made visible by name).
+_seen_on_disk: dict[tuple[int, str], set[str]] = {}
+
+
+def _tables_on_disk(root: str) -> dict[str, str]:
+    """``{"db.table": path}`` for every Delta table under ``root`` (``"db."`` for each database)."""
     on_disk: dict[str, str] = {}
     for entry in os.scandir(root):
         if not entry.is_dir() or entry.name.startswith(("_", ".")):
@@ -143,78 +187,69 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
             on_disk.setdefault(f"{database}.", "")
         elif os.path.isdir(os.path.join(entry.path, "_delta_log")):
             on_disk[f"default.{entry.name}".lower()] = entry.path
-    jcatalog = spark._jsparkSession.sessionState().catalog()
-    # Only what changed on disk since the last sync costs catalog calls: with many tables a
-    # full pass (a SHOW TABLES per database, an exists check per table) took a second.
-    seen = _seen_on_disk.setdefault((id(spark), root), set())
-    appeared = [key for key in sorted(on_disk) if key not in seen]
-    known_dbs = {db.lower() for db in _scala_list(jcatalog.listDatabases())} if appeared else set()
-    for key in appeared:
-        database, table = key.split(".", 1)
-        if database not in known_dbs:
-            spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
-            known_dbs.add(database)
-        if table and not spark.catalog.tableExists(f"`{database}`.`{table}`"):
-            location = on_disk[key].replace("'", "\\'")
-            try:
-                spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION '{location}'")
-                _make_managed(spark, database, table)
-            except Exception:  # noqa: BLE001 - a table being created or dropped right now: next sync
-                continue
-        seen.add(key)
-    for key in sorted(seen - set(on_disk)):  # gone from disk since the last sync
-        seen.discard(key)
-        database, table = key.split(".", 1)
-        if table and spark.catalog.tableExists(f"`{database}`.`{table}`") and _table_location_gone(
-                spark, database, table):
-            jcatalog.dropTable(_table_identifier(spark, database, table), True, False)
+    return on_disk
 
 
-#: Per (session, warehouse): the tables a sync saw on disk (and made visible by name).
-_seen_on_disk: dict[tuple[int, str], set[str]] = {}
+def _registered_tables(spark, databases: set[str]) -> dict[str, set[str]]:
+    """The tables ``spark``'s catalog knows in each of ``databases`` that exists: one call each."""
+    existing = {db.name.lower() for db in spark.catalog.listDatabases()}
+    return {db: {t.name.lower() for t in spark.catalog.listTables(db) if not t.isTemporary}
+            for db in sorted(databases & existing)}
 
 
-def _make_managed(spark, database: str, table: str) -> None:
-    """Turn a table registered over an existing location into a managed one.
+def runtime_conf(config: TrickleConfig) -> dict[str, str]:
+    """The part of :func:`session_conf` a session may set itself (everything but the static keys)."""
+    from airflow_trickle.spark.service import STATIC_KEYS
 
-    ``CREATE TABLE ... LOCATION`` registers an *external* table, whose ``DROP TABLE`` would
-    keep its files, so the name could not be created again.  Tables under the warehouse are
-    managed (the application that created them made them so); re-register them as such.
-    Relies on Spark's internal ``CatalogTable``; when that fails the table stays external.
+    return {k: v for k, v in session_conf(config, config.warehouse or "").items() if k not in STATIC_KEYS}
+
+
+def connect_session(address: str, config: TrickleConfig, *, warehouse: str | None = None):
+    """A new Spark Connect session on the service at ``address`` (``sc://host:port``).
+
+    Fails at once, naming the address, when nothing listens there (the client would otherwise
+    retry for ten minutes); a server that dies later fails the call within seconds, so the
+    Airflow task fails and its retry recovers through the frontier protocol.  With
+    ``warehouse``, the server must serve that warehouse: a different one would put tables
+    where the catalog does not look.
     """
-    jvm = spark._jvm
-    jcatalog = spark._jsparkSession.sessionState().catalog()
-    ident = _table_identifier(spark, database, table)
-    meta = jcatalog.getTableMetadata(ident)
-    if meta.tableType().name() == "MANAGED":
-        return
-    args = []
-    while len(args) < 64:  # py4j answers every attribute name: probe defaults by calling them
+    from airflow_trickle.errors import TrickleError
+    from airflow_trickle.spark.service import reachable
+
+    if not reachable(address):
+        raise TrickleError(f"the Spark service at {address} is not reachable",
+                           hint="start it with `trickle serve --warehouse WAREHOUSE` (the address it prints goes "
+                                "into the spark_connect connection), or check the connection's host and port")
+    from pyspark.sql import SparkSession
+
+    connect_mode_before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    spark = SparkSession.builder.remote(address).create()
+    if connect_mode_before is None:
+        # pyspark marks the whole process (and its children) as Spark Connect, after which a
+        # classic session -- an embedded one, a spark-submit child -- cannot start.  The engine
+        # calls only session and DataFrame methods, which need no such mark.
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    _short_retries(spark)
+    for key, value in runtime_conf(config).items():
         try:
-            args.append(getattr(meta, f"copy$default${len(args) + 1}")())
-        except Exception:  # noqa: BLE001 - no such default: all parameters found
-            break
-    args[1] = jvm.org.apache.spark.sql.catalyst.catalog.CatalogTableType.MANAGED()
-    managed = meta.copy(*args)
-    jcatalog.externalCatalog().dropTable(database, table, True, False)  # external: keeps the files
-    jcatalog.createTable(managed, False, False)
+            spark.conf.set(key, value)
+        except Exception:  # noqa: BLE001 - a static setting: the server was started with its own value
+            pass
+    if warehouse is not None and uses_in_memory_catalog(spark):
+        served = (_local_path(default_warehouse(spark)) or default_warehouse(spark)).rstrip("/")
+        wanted = (_local_path(warehouse) or warehouse).rstrip("/")
+        if served != wanted:
+            spark.stop()
+            raise TrickleError(f"the Spark service at {address} serves warehouse {served}, not {wanted}",
+                               hint="start a service for this warehouse: trickle serve --warehouse " + wanted)
+    return spark
 
 
-def _table_location_gone(spark, database: str, table: str) -> bool:
-    """True for a Delta table whose log another application removed (it was dropped there)."""
+def _short_retries(spark) -> None:
+    """Give up on an unreachable server after seconds, not the client's default ten minutes."""
     try:
-        meta = spark._jsparkSession.sessionState().catalog().getTableMetadata(_table_identifier(spark, database, table))
-        provider = meta.provider().get() if meta.provider().isDefined() else ""
-        location = _local_path(meta.location().toString())
-    except Exception:  # noqa: BLE001
-        return False
-    return provider.lower() == "delta" and bool(location) and not os.path.isdir(os.path.join(location, "_delta_log"))
+        from pyspark.sql.connect.client.retries import DefaultPolicy
 
-
-def _table_identifier(spark, database: str, table: str):
-    jvm = spark._jvm
-    return jvm.org.apache.spark.sql.catalyst.TableIdentifier(table, jvm.scala.Some(database))
-
-
-def _scala_list(seq) -> list[str]:
-    return [seq.apply(i) for i in range(seq.size())]
+        spark.client.set_retry_policies([DefaultPolicy(max_retries=6, initial_backoff=100, max_backoff=2000)])
+    except Exception:  # noqa: BLE001 - an older client: its default policy stays
+        pass

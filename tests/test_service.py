@@ -1,0 +1,176 @@
+"""The Spark service (``trickle serve``): one per warehouse, shared safely, failing clearly.
+
+One service for the module's warehouse; the last two tests kill it (mid-refresh) and stop it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from airflow_trickle import Trickle
+from airflow_trickle.errors import TrickleError
+from airflow_trickle.spark import service as svc
+from tests.conftest import TEST_SETTINGS
+from tests.oracle import multiset
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    warehouse = str(tmp_path_factory.mktemp("service-warehouse"))
+    info = svc.start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
+    yield {"warehouse": warehouse, "info": info}
+    svc.stop_service(warehouse)
+
+
+def client(home) -> Trickle:
+    return Trickle(home["warehouse"], remote=svc.read_service(home["warehouse"]).address, **TEST_SETTINGS)
+
+
+def trickle_cli(*args, warehouse):
+    return subprocess.run([sys.executable, "-m", "airflow_trickle.cli", "--warehouse", warehouse, *args],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+
+
+def test_the_service_records_itself_and_refuses_a_second_one(home):
+    info = home["info"]
+    assert info.address.startswith("sc://127.0.0.1:") and svc.reachable(info.address)
+    status = trickle_cli("serve", "--status", "--json", warehouse=home["warehouse"])
+    assert status.returncode == 0 and json.loads(status.stdout)[0]["address"] == info.address
+    with pytest.raises(TrickleError, match=f"already runs for warehouse {home['warehouse']} at {info.address}"):
+        svc.start_detached(home["warehouse"], port=0)
+    second = trickle_cli("serve", "--port", "0", warehouse=home["warehouse"])
+    assert second.returncode == 2 and "already" in second.stderr and "trickle serve --stop" in second.stderr
+
+
+def test_an_unreachable_service_fails_at_once_naming_the_address(tmp_path):
+    address = f"sc://127.0.0.1:{svc.free_port()}"
+    started = time.monotonic()
+    with pytest.raises(TrickleError, match=f"Spark service at {address} is not reachable.*trickle serve"):
+        Trickle(str(tmp_path), remote=address).spark
+    assert time.monotonic() - started < 5
+
+
+def test_a_service_of_another_warehouse_is_refused(home, tmp_path):
+    with pytest.raises(TrickleError, match=f"serves warehouse {home['warehouse']}, not {tmp_path}"):
+        Trickle(str(tmp_path), remote=home["info"].address).spark
+
+
+def test_the_cli_works_through_the_running_service(home):
+    tr = client(home)
+    tr.sql("CREATE DATABASE IF NOT EXISTS cli")
+    tr.sql("CREATE TABLE cli.src (k INT, v INT) USING delta")
+    tr.sql("INSERT INTO cli.src VALUES (1, 10), (2, 20)")
+    tr.close()
+    # an embedded Spark could not start on this master: the CLI must have used the service
+    made = trickle_cli("--master", "no-such-master", "create", "cli.total", "--query",
+                       "SELECT SUM(v) AS s FROM cli.src", "--json", warehouse=home["warehouse"])
+    assert made.returncode == 0, made.stderr[-2000:]
+    shown = trickle_cli("--master", "no-such-master", "sql", "SELECT s FROM cli.total", "--json",
+                        warehouse=home["warehouse"])
+    assert json.loads(shown.stdout) == [{"s": 30}]
+    embedded = trickle_cli("--master", "no-such-master", "--embedded", "sql", "SELECT 1", warehouse=home["warehouse"])
+    assert embedded.returncode != 0
+
+
+def test_concurrent_refreshes_share_the_service_and_never_apply_twice(home):
+    """Four sessions at once, as four tasks of one DAG run: two stream tables (a MERGE and an
+    append), each refreshed twice simultaneously.  Each change lands exactly once."""
+    setup = client(home)
+    setup.sql("CREATE DATABASE IF NOT EXISTS conc")
+    setup.sql("CREATE TABLE conc.src (id INT, grp INT, amount INT) USING delta")
+    setup.sql("INSERT INTO conc.src VALUES (1, 1, 10), (2, 2, 20), (3, NULL, 5)")
+    queries = {"conc.totals": "SELECT grp, COUNT(*) AS n, SUM(amount) AS total FROM conc.src GROUP BY grp",
+               "conc.big": "SELECT id, grp, amount FROM conc.src WHERE amount >= 10"}
+    for name, query in queries.items():
+        setup.create_stream_table(name, query, schedule=None)
+    sessions = [client(home) for _ in range(4)]
+    try:
+        for round_no in range(3):
+            base = 100 * (round_no + 1)
+            setup.sql(f"INSERT INTO conc.src VALUES ({base}, {round_no % 2}, {base}), ({base + 1}, NULL, 50), "
+                      f"({base + 1}, NULL, 50)")
+            outcomes, errors = [], []
+
+            def refresh(tr, name):
+                try:
+                    outcomes.append((name, tr.refresh_stream_table(name).action))
+                except Exception as err:  # noqa: BLE001 - reported below
+                    errors.append(err)
+
+            threads = [threading.Thread(target=refresh, args=(tr, name))
+                       for tr, name in zip(sessions, ["conc.totals", "conc.totals", "conc.big", "conc.big"])]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(300)
+            assert not errors, errors
+            for name, query in queries.items():
+                assert multiset(setup.read(name)) == multiset(setup.sql(query)), (round_no, name, outcomes)
+                actions = sorted(action for n, action in outcomes if n == name)
+                assert len(actions) == 2 and "DIFFERENTIAL" in actions, actions
+    finally:
+        for tr in sessions:
+            tr.close()
+        setup.close()
+
+
+def test_a_refresh_killed_with_the_service_is_exact_on_retry(home, monkeypatch):
+    """The Spark service dies while a refresh commits; the client fails within seconds, and
+    after a restart the retry applies the change exactly once."""
+    from airflow_trickle.refresh import phases
+
+    tr = client(home)
+    tr.sql("CREATE DATABASE IF NOT EXISTS crash")
+    tr.sql("CREATE TABLE crash.src (id INT, grp INT) USING delta")
+    tr.sql("INSERT INTO crash.src VALUES (1, 1), (2, 1), (3, 2)")
+    query = "SELECT grp, COUNT(*) AS n FROM crash.src GROUP BY grp"
+    tr.create_stream_table("crash.counts", query, schedule=None)
+    tr.sql("INSERT INTO crash.src VALUES (4, 2), (5, 3)")
+    server_pid = svc.read_service(home["warehouse"]).server_pid
+    real_phase = phases.PhaseClock.phase
+
+    def killing_phase(self, name):
+        if name == "commit":
+            threading.Timer(0.3, os.kill, (server_pid, signal.SIGKILL)).start()
+        return real_phase(self, name)
+
+    monkeypatch.setattr(phases.PhaseClock, "phase", killing_phase)
+    started = time.monotonic()
+    with pytest.raises(Exception):
+        tr.refresh_stream_table("crash.counts")
+    assert time.monotonic() - started < 60
+    monkeypatch.setattr(phases.PhaseClock, "phase", real_phase)
+    deadline = time.monotonic() + 30
+    while svc.read_service(home["warehouse"]) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)  # the serve process notices its server died and removes its record
+    assert svc.read_service(home["warehouse"]) is None
+    home["info"] = svc.start_detached(home["warehouse"], port=0, master="local[2]",
+                                      settings={"shuffle_partitions": 2})
+    retry = client(home)
+    result = retry.refresh_stream_table("crash.counts")
+    assert result.status == "COMPLETED"
+    assert multiset(retry.read("crash.counts")) == multiset(retry.sql(query))
+    retry.sql("INSERT INTO crash.src VALUES (6, 3)")
+    retry.refresh_stream_table("crash.counts")
+    assert multiset(retry.read("crash.counts")) == multiset(retry.sql(query))
+    retry.close()
+
+
+def test_sigterm_stops_the_service_cleanly(home):
+    info = svc.read_service(home["warehouse"])
+    os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while svc.read_service(home["warehouse"]) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert svc.read_service(home["warehouse"]) is None
+    assert not svc.reachable(info.address)
+    assert not os.path.exists(os.path.join(home["warehouse"], svc.SERVICE_DIR, "service.json"))

@@ -33,47 +33,73 @@ def pytest_configure(config):
 
 
 def pytest_generate_tests(metafunc):
-    """Every test using Spark gets a ``spark_mode``: both for marked modules, ``classic`` else
-    (the same value, so unmarked tests share the classic session)."""
+    """Every test using Spark gets a ``spark_mode``: both for marked modules, ``classic`` else."""
     if "spark_mode" in metafunc.fixturenames:
         modes = SPARK_MODES if metafunc.definition.get_closest_marker("both_spark_modes") else SPARK_MODES[:1]
-        metafunc.parametrize("spark_mode", modes, indirect=True, scope="session")
+        metafunc.parametrize("spark_mode", modes, indirect=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def spark_mode(request) -> str:
     return request.param
 
 
-@pytest.fixture(scope="session")
-def warehouse(tmp_path_factory, spark_mode) -> str:
-    return str(tmp_path_factory.mktemp(f"warehouse-{spark_mode}"))
+class Sparks:
+    """One warehouse and one Spark per mode for the whole test process, made on first use and
+    kept until the end (a session-scoped parametrized fixture would be torn down and rebuilt
+    each time the tests' order switches between modes)."""
+
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
+        self.made: dict[str, dict] = {}
+
+    def get(self, mode: str) -> dict:
+        if mode not in self.made:
+            from airflow_trickle import Trickle
+
+            warehouse = str(self.tmp_path_factory.mktemp(f"warehouse-{mode}"))
+            service = None
+            if mode == "connect":
+                from airflow_trickle.spark.service import start_detached
+
+                service = start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
+                trickle = Trickle(warehouse=warehouse, remote=service.address, **TEST_SETTINGS)
+            else:
+                trickle = Trickle(warehouse=warehouse, spark_master="local[2]", **TEST_SETTINGS)
+            trickle.spark  # start the JVM (or connect) once
+            self.made[mode] = {"warehouse": warehouse, "service": service, "tr": trickle}
+        return self.made[mode]
+
+    def close(self) -> None:
+        for made in self.made.values():
+            made["tr"].close()
+            if made["service"] is not None:
+                from airflow_trickle.spark.service import stop_service
+
+                stop_service(made["warehouse"])
 
 
 @pytest.fixture(scope="session")
-def service(warehouse, spark_mode):
+def sparks(tmp_path_factory):
+    pool = Sparks(tmp_path_factory)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def warehouse(sparks, spark_mode) -> str:
+    return sparks.get(spark_mode)["warehouse"]
+
+
+@pytest.fixture
+def service(sparks, spark_mode):
     """The Spark service of the ``connect`` warehouse (None in ``classic`` mode)."""
-    if spark_mode != "connect":
-        yield None
-        return
-    from airflow_trickle.spark.service import start_detached, stop_service
-
-    info = start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
-    yield info
-    stop_service(warehouse)
+    return sparks.get(spark_mode)["service"]
 
 
-@pytest.fixture(scope="session")
-def tr(warehouse, service):
-    from airflow_trickle import Trickle
-
-    if service is not None:
-        trickle = Trickle(warehouse=warehouse, remote=service.address, **TEST_SETTINGS)
-    else:
-        trickle = Trickle(warehouse=warehouse, spark_master="local[2]", **TEST_SETTINGS)
-    trickle.spark  # start the JVM (or connect) once
-    yield trickle
-    trickle.close()
+@pytest.fixture
+def tr(sparks, spark_mode):
+    return sparks.get(spark_mode)["tr"]
 
 
 @pytest.fixture
@@ -87,7 +113,7 @@ def subprocess_env(service) -> dict:
     return env
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def spark(tr):
     return tr.spark
 

@@ -1,10 +1,12 @@
-"""A one-table project's DAG run twice with ``dag.test()``, refreshes on the given Spark.
+"""A one-table project's DAG run with ``dag.test()``, its refresh on the given Spark.
 
     python -m tests.helpers.cluster_dag WAREHOUSE connect|submit MASTER
 
 ``submit``: every refresh task runs ``spark-submit --master MASTER``.  ``connect``: a Spark
-service is started with ``MASTER`` as its master and the tasks work through it.  Prints one
-JSON line: the runs' states, the refresh actions, and whether the table equals its query.
+service is started with ``MASTER`` as its master and the tasks work through it.  The stream
+table is created (and populated) here, the sources change, and one DAG run refreshes it
+differentially.  Prints one JSON line: the run's state, the refresh actions, and whether the
+table equals its query.
 Runs in a process of its own because Airflow reads its home and database once per process.
 """
 from __future__ import annotations
@@ -58,13 +60,13 @@ def main(warehouse: str, mode: str, master: str) -> int:
         tr.sql("CREATE DATABASE IF NOT EXISTS cl")
         tr.sql("CREATE TABLE cl.src (id INT, grp INT, amount INT) USING delta")
         tr.sql("INSERT INTO cl.src VALUES (1, 1, 10), (2, 1, 20), (3, NULL, 5)")
+        tr.create_stream_table("cl.totals", QUERY, schedule="1m")
+        tr.sql("INSERT INTO cl.src VALUES (4, 2, 7), (5, NULL, 1)")
+        tr.sql("DELETE FROM cl.src WHERE id = 1")
         from airflow.dag_processing.dagbag import DagBag
 
         dag = DagBag(dag_folder=str(dags)).get_dag("trickle_cl")
         states = [str(dag.test().state)]
-        tr.sql("INSERT INTO cl.src VALUES (4, 2, 7), (5, NULL, 1)")
-        tr.sql("DELETE FROM cl.src WHERE id = 1")
-        states.append(str(dag.test().state))
         stored = tr.read("cl.totals")
         expected = tr.sql(QUERY)
         equal = stored.exceptAll(expected).count() == 0 and expected.exceptAll(stored).count() == 0

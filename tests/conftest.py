@@ -3,9 +3,11 @@
 Tests isolate themselves by database name (``db`` fixture), not by warehouse: the warehouse
 directory is fixed when the JVM starts.
 
-Modules marked ``both_spark_modes`` run every test twice: on a classic embedded session
-(``classic``) and through the Spark service over Spark Connect (``connect``: a service of the
-test process's own, and no JVM in the test process for that warehouse).
+Modules marked ``both_spark_modes`` (lifecycle, differential, cascade) run in the modes that
+``$TRICKLE_TEST_SPARK_MODES`` lists: ``connect`` by default -- through the Spark service over
+Spark Connect, the path Airflow tasks take (a service of the test process's own, no JVM in the
+test process for that warehouse) -- and ``classic,connect`` for both, which doubles their time.
+Every other Spark test runs on a classic embedded session, so the default run covers both.
 """
 from __future__ import annotations
 
@@ -29,13 +31,22 @@ TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, 
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "both_spark_modes: run on a classic session and over Spark Connect")
+    config.addinivalue_line("markers", "both_spark_modes: run in the Spark modes $TRICKLE_TEST_SPARK_MODES lists")
+    config.addinivalue_line("markers", "cluster: starts a Spark standalone cluster (run with -m cluster)")
+
+
+def marked_modes() -> list[str]:
+    modes = [m.strip() for m in os.environ.get("TRICKLE_TEST_SPARK_MODES", "connect").split(",") if m.strip()]
+    unknown = set(modes) - set(SPARK_MODES)
+    if unknown or not modes:
+        raise pytest.UsageError(f"TRICKLE_TEST_SPARK_MODES: use classic, connect or both, not {sorted(unknown)}")
+    return modes
 
 
 def pytest_generate_tests(metafunc):
-    """Every test using Spark gets a ``spark_mode``: both for marked modules, ``classic`` else."""
+    """Every test using Spark gets a ``spark_mode``: marked modules the listed ones, others ``classic``."""
     if "spark_mode" in metafunc.fixturenames:
-        modes = SPARK_MODES if metafunc.definition.get_closest_marker("both_spark_modes") else SPARK_MODES[:1]
+        modes = marked_modes() if metafunc.definition.get_closest_marker("both_spark_modes") else ["classic"]
         metafunc.parametrize("spark_mode", modes, indirect=True)
 
 

@@ -2,6 +2,9 @@
 
 The Airflow DAG of a one-table project refreshes it DIFFERENTIALLY with ``dag.test()``: once with spark-submit to ``spark://127.0.0.1:<port>``, once through a Spark
 service whose master is that cluster.  Executors run in the worker's JVM, as on any cluster.
+
+Marked ``cluster`` (about five minutes on 2 cores), so the default run leaves it out:
+``./run-tests.sh -m cluster tests/test_spark_cluster.py``.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import pytest
 from airflow_trickle.spark.service import free_port
 
 REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.cluster
 
 
 def _spark_class() -> str:

@@ -2,7 +2,8 @@
 
 Tasks, sensors and triggers use it for the cheap questions -- is anything new beyond a stream
 table's frontier, did it refresh, how stale is it -- which the Delta logs and the catalog
-answer in milliseconds through delta-rs.  Work that needs Spark runs as a Spark job.
+answer in milliseconds through delta-rs.  Work that needs Spark runs over the Spark service
+or as a Spark job.
 """
 from __future__ import annotations
 

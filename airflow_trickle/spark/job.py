@@ -8,6 +8,9 @@ topological order, all or nothing (:mod:`airflow_trickle.refresh.group`).
 
 Each outcome is printed as one ``TRICKLE_RESULT {json}`` line; the Airflow task reads the same
 facts back from the catalog history, so nothing depends on capturing the driver's output.
+
+:func:`run` is also what a refresh task calls in its own process over Spark Connect (the Spark
+service), so both paths create, align and refresh the same way.
 """
 from __future__ import annotations
 

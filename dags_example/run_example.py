@@ -47,6 +47,8 @@ def start_spark(warehouse: str, how: str):
     from airflow_trickle import Trickle
 
     if how == "submit":
+        # the provider runs `spark-submit` from PATH: the one pyspark installs beside this Python
+        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         os.environ["AIRFLOW_CONN_TRICKLE_SPARK"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
         return Trickle(warehouse, spark_master="local[2]", shuffle_partitions=2), None
     from airflow_trickle.spark.service import start_detached

@@ -88,6 +88,13 @@ def read_service(warehouse: str) -> ServiceInfo | None:
     return info
 
 
+def _refuse_if_running(warehouse: str) -> None:
+    running = read_service(warehouse)
+    if running is not None:
+        raise TrickleError(f"a Spark service already runs for warehouse {warehouse} at {running.address} "
+                           f"(pid {running.pid})", hint="use it, or stop it first: trickle serve --stop")
+
+
 def _alive(pid: int) -> bool:
     """True while process ``pid`` runs (a zombie child of ours, exited but not reaped, is not alive)."""
     try:
@@ -140,10 +147,7 @@ def serve(warehouse: str, *, config: TrickleConfig | None = None, port: int = DE
     config = config or TrickleConfig.from_env(warehouse=warehouse)
     warehouse = os.path.abspath(warehouse) if "://" not in warehouse else warehouse
     master = master or config.spark_master
-    running = read_service(warehouse)
-    if running is not None:
-        raise TrickleError(f"a Spark service already runs for warehouse {warehouse} at {running.address} "
-                           f"(pid {running.pid})", hint="use it, or stop it first: trickle serve --stop")
+    _refuse_if_running(warehouse)
     folder = service_dir(warehouse)
     folder.mkdir(parents=True, exist_ok=True)
     lock = _hold_lock(folder, warehouse)
@@ -245,10 +249,7 @@ def start_detached(warehouse: str, *, port: int = DEFAULT_PORT, master: str | No
                    settings: dict | None = None, timeout: float = 240.0) -> ServiceInfo:
     """Start the service in a background process and return once it is ready."""
     warehouse = os.path.abspath(warehouse) if "://" not in warehouse else warehouse
-    running = read_service(warehouse)
-    if running is not None:
-        raise TrickleError(f"a Spark service already runs for warehouse {warehouse} at {running.address} "
-                           f"(pid {running.pid})", hint="use it, or stop it first: trickle serve --stop")
+    _refuse_if_running(warehouse)
     command = [sys.executable, "-m", "airflow_trickle.spark.service", "--warehouse", warehouse, "--port", str(port)]
     if master:
         command += ["--master", master]

@@ -9,23 +9,14 @@
 from __future__ import annotations
 
 import os
-import uuid
 from functools import cached_property
 
-from airflow_trickle.catalog import CatalogStore, Dependency, RefreshRecord, StreamTable
-from airflow_trickle.config import STATUSES, TrickleConfig
-from airflow_trickle.definition import Definition, analyze, mode_choice, normalize_refresh_mode
-from airflow_trickle.errors import (
-    DefinitionError,
-    InvalidRefreshModeError,
-    StreamTableNotFoundError,
-    TrickleError,
-    UnsupportedConstructError,
-)
+from airflow_trickle import lifecycle
+from airflow_trickle.catalog import CatalogStore, RefreshRecord, StreamTable
+from airflow_trickle.config import TrickleConfig
+from airflow_trickle.errors import StreamTableNotFoundError, TrickleError
 from airflow_trickle.names import qualify_name
 from airflow_trickle.refresh import RefreshResult, refresh_stream_table
-from airflow_trickle.schedule import parse_schedule
-from airflow_trickle.spark.delta import table_location
 from airflow_trickle.spark.session import (
     CATALOG_DIR,
     build_session,
@@ -34,7 +25,7 @@ from airflow_trickle.spark.session import (
     sync_warehouse_tables,
 )
 
-_UNSET = object()
+_UNSET = lifecycle.UNSET
 
 
 class Trickle:
@@ -111,99 +102,16 @@ class Trickle:
         Every check runs before anything is written; if a later step fails, everything it
         created is removed again, so a failed create leaves no table and no catalog row.
         """
-        from airflow_trickle.storage import create_storage_table, drop_storage_table
-
-        self.sync()
-        schedule = self.config.default_schedule if schedule is _UNSET else schedule
-        registered = {st.name: st.output_columns for st in self.catalog.list()}
-        edges = [(d.source_name, d.st_name) for d in self.catalog.dependencies()]
-        definition = analyze(self.spark, name=name, query=query, schedule=schedule,
-                             refresh_mode=refresh_mode or self.config.default_refresh_mode,
-                             stream_tables=registered, edges=edges)
-        st = _stream_table_row(definition, options or {})
-        if st.effective_mode == "DIFFERENTIAL":
-            from airflow_trickle.dvm.apply import storage_layout
-
-            columns = {s.name: [c for c, _ in s.columns] for s in definition.sources.values()}
-            st.storage = {**st.storage, **storage_layout(self.spark, st.defining_query, columns, {})}
-        st.storage["columns"] = definition.output_columns
-        st.storage["dup_type"] = "bigint"  # copy numbers per refresh: appends never read the table
-        cdc_modes = self._prepare_change_feeds(definition)
-        create_storage_table(self.spark, st.name, definition.output_columns, st.storage)
-        try:
-            st.location = table_location(self.spark, st.name)
-            self.catalog.insert(st, [_dependency_row(definition, source, self._location(source), cdc_modes[source.name])
-                                     for source in definition.sources.values()])
-            if initialize:
-                refresh_stream_table(self, st.name, initiated_by="INITIAL")
-        except BaseException:
-            self._forget(st.name)
-            drop_storage_table(self.spark, st.name)
-            raise
-        return self.get(st.name)
-
-    def _prepare_change_feeds(self, definition: Definition) -> dict[str, str]:
-        """How each source's changes will be read; turns Change Data Feed on where allowed.
-
-        With ``cdc_mode = auto`` (default) or ``cdf``, a base table without CDF gets
-        ``delta.enableChangeDataFeed = true`` (its later changes are then read from the feed);
-        with ``snapshot``, changes are the difference of two versions.  Stream tables always
-        have CDF.
-        """
-        from airflow_trickle.names import quote_name
-        from airflow_trickle.spark.delta import table_properties
-
-        modes = {}
-        for source in definition.sources.values():
-            if source.kind == "STREAM_TABLE":
-                modes[source.name] = "cdf"
-                continue
-            if self.config.cdc_mode == "snapshot" or definition.effective_mode == "FULL":
-                modes[source.name] = "snapshot"
-                continue
-            if table_properties(self.spark, source.name).get("delta.enableChangeDataFeed", "false").lower() != "true":
-                self.spark.sql(f"ALTER TABLE {quote_name(source.name)} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
-            modes[source.name] = "cdf"
-        return modes
-
-    def _location(self, source) -> str:
-        if source.kind == "STREAM_TABLE":
-            return self.get(source.name).location
-        return table_location(self.spark, source.name)
+        return lifecycle.create(self, name, query, schedule=self.config.default_schedule if schedule is _UNSET
+                                else schedule, refresh_mode=refresh_mode, initialize=initialize,
+                                options=options or {})
 
     def drop_stream_table(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> None:
         """Drop the stream table, its storage and catalog rows.
 
         Refuses while other stream tables read it, unless ``cascade`` (which drops them first).
         """
-        from airflow_trickle.graph import build_graph, downstream_of, topological_order
-
-        qualified = qualify_name(name)
-        if self.catalog.get(qualified) is None:
-            if if_exists:
-                return
-            raise StreamTableNotFoundError("no such stream table", stream_table=qualified)
-        deps = self.catalog.dependencies()
-        graph = build_graph([(d.source_name, d.st_name) for d in deps])
-        dependents = sorted(downstream_of(graph, qualified))
-        if dependents and not cascade:
-            raise DefinitionError(f"other stream tables read it: {', '.join(dependents)}", stream_table=qualified,
-                                  hint="drop them first or pass cascade=True")
-        for victim in reversed(topological_order(graph, dependents)):
-            self._drop_one(victim)
-        self._drop_one(qualified)
-
-    def _drop_one(self, name: str) -> None:
-        from airflow_trickle.storage import drop_storage_table
-
-        self._forget(name)
-        drop_storage_table(self.spark, name)
-
-    def _forget(self, name: str) -> None:
-        try:
-            self.catalog.delete(name)
-        except Exception:  # noqa: BLE001 - nothing registered yet
-            pass
+        lifecycle.drop(self, name, if_exists=if_exists, cascade=cascade)
 
     def refresh_stream_table(self, name: str, mode: str | None = None, *, initiated_by: str = "MANUAL") -> RefreshResult:
         """Refresh once.  ``mode``: None/AUTO (the engine chooses), FULL, DIFFERENTIAL or REINITIALIZE.
@@ -212,9 +120,11 @@ class Trickle:
         the result is its own last refresh, with the number of passes in ``reason``.
         """
         from airflow_trickle.graph import cycle_members
+        from airflow_trickle.model import RunMode
 
-        self.sync()
         qualified = qualify_name(name)
+        mode = RunMode.parse(mode or RunMode.AUTO, what="refresh mode", stream_table=qualified).requested
+        self.sync()
         members = cycle_members(self._graph(), qualified)
         if not members:
             return refresh_stream_table(self, qualified, mode=mode, initiated_by=initiated_by)
@@ -297,76 +207,8 @@ class Trickle:
         stream table reads it.  With ``allow_circular``, a query may close a cycle of monotone
         queries, which then refreshes to a fixpoint.
         """
-        qualified = qualify_name(name)
-        st = self.get(qualified)
-        if query is not _UNSET:
-            st = self._replace_query(st, query, None if refresh_mode is _UNSET else refresh_mode)
-            refresh_mode = _UNSET
-        if schedule is not _UNSET:
-            parse_schedule(schedule, stream_table=qualified)
-        new_mode = effective = reason = None
-        if refresh_mode is not _UNSET:
-            new_mode = normalize_refresh_mode(refresh_mode, stream_table=qualified)
-            blockers = st.storage.get("blockers", [])
-            if new_mode == "DIFFERENTIAL" and blockers:
-                raise UnsupportedConstructError(f"cannot be maintained in DIFFERENTIAL mode: {blockers[0]}",
-                                                construct=blockers[0], stream_table=qualified)
-            effective, reason = mode_choice(new_mode, blockers)
-        if status is not _UNSET:
-            status = str(status).upper()
-            if status not in STATUSES:
-                raise InvalidRefreshModeError(f"invalid status {status!r}", stream_table=qualified,
-                                              hint=f"use one of {', '.join(STATUSES)}")
-
-        def change(row: StreamTable) -> None:
-            if schedule is not _UNSET:
-                row.schedule = parse_schedule(schedule).text
-            if new_mode is not None:
-                row.refresh_mode, row.effective_mode, row.mode_reason = new_mode, effective, reason
-            if status is not _UNSET:
-                row.status = status
-                if status == "ACTIVE":
-                    row.consecutive_errors = 0
-            if options:
-                row.options = {**row.options, **options}
-
-        return self.catalog.update(qualified, change)
-
-    def _replace_query(self, st: StreamTable, query: str, refresh_mode: str | None) -> StreamTable:
-        from airflow_trickle.storage import create_storage_table
-
-        self.sync()
-        tables = self.catalog.list()
-        dependencies = self.catalog.dependencies()
-        definition = analyze(
-            self.spark, name=st.name, query=query, schedule=st.schedule, refresh_mode=refresh_mode or st.refresh_mode,
-            stream_tables={t.name: t.output_columns for t in tables},
-            edges=[(d.source_name, d.st_name) for d in dependencies if d.st_name != st.name],
-            replacing=st.name, allow_circular=self.config.allow_circular,
-            queries={t.name: t.defining_query for t in tables})
-        readers = sorted({d.st_name for d in dependencies if d.source_name == st.name})
-        stored = [(f.name, f.dataType.simpleString()) for f in self.read(st.name).schema.fields]
-        if readers and stored != definition.output_columns:
-            raise DefinitionError(
-                f"the new query changes the output columns ({stored} -> {definition.output_columns}) "
-                f"while {', '.join(readers)} read{'s' if len(readers) == 1 else ''} it", stream_table=st.name,
-                hint="keep the columns, or drop the readers first")
-        new = _stream_table_row(definition, st.options)
-        new.st_id, new.refresh_seq, new.created_at = st.st_id, st.refresh_seq, st.created_at
-        if new.effective_mode == "DIFFERENTIAL":
-            from airflow_trickle.dvm.apply import storage_layout
-
-            columns = {s.name: [c for c, _ in s.columns] for s in definition.sources.values()}
-            new.storage = {**new.storage, **storage_layout(self.spark, new.defining_query, columns, {})}
-        new.storage["columns"] = definition.output_columns
-        new.storage["dup_type"] = "bigint"
-        cdc_modes = self._prepare_change_feeds(definition)
-        create_storage_table(self.spark, st.name, definition.output_columns, new.storage, replace=True)
-        new.location = table_location(self.spark, st.name)
-        self.catalog.replace(new, [_dependency_row(definition, source, self._location(source), cdc_modes[source.name])
-                                   for source in definition.sources.values()])
-        self.refresh_stream_table(st.name, initiated_by="ALTER")
-        return self.get(st.name)
+        return lifecycle.alter(self, name, query=query, schedule=schedule, refresh_mode=refresh_mode, status=status,
+                               options=options)
 
     # -- inspection ---------------------------------------------------------------------------
 
@@ -405,7 +247,7 @@ class Trickle:
 
         For a FULL table: why it is FULL, and the recompute query.
         """
-        from airflow_trickle.dvm.explain import explain
+        from airflow_trickle.explain import explain
 
         self.sync()
         return explain(self, self.get(name))
@@ -418,24 +260,3 @@ class Trickle:
 
         return self.spark.table(quote_name(st.name)).select(*[f"`{c}`" for c in st.output_columns])
 
-
-def _stream_table_row(definition: Definition, options: dict) -> StreamTable:
-    return StreamTable(
-        name=definition.name,
-        st_id=uuid.uuid4().hex,
-        defining_query=definition.defining_query,
-        original_query=definition.original_query,
-        schedule=definition.schedule.text,
-        refresh_mode=definition.refresh_mode,
-        effective_mode=definition.effective_mode,
-        mode_reason=definition.mode_reason,
-        output_columns=[c for c, _ in definition.output_columns],
-        storage={**definition.storage, "blockers": definition.blockers},
-        options=options,
-    )
-
-
-def _dependency_row(definition: Definition, source, location: str, cdc_mode: str) -> Dependency:
-    return Dependency(st_name=definition.name, source_name=source.name, source_type=source.kind,
-                      source_location=location, columns_used=definition.columns_used.get(source.name),
-                      cdc_mode=cdc_mode, schema_fingerprint=source.fingerprint)

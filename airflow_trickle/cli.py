@@ -21,7 +21,20 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime
 
 from airflow_trickle.errors import TrickleError
+from airflow_trickle.model import RefreshMode, RunMode, Status
 
+
+
+def _word(kind, what: str):
+    """An argparse type: one of ``kind``'s words (any case), refused before any Spark starts."""
+
+    def parse(text: str):
+        try:
+            return kind.parse(text, what=what)
+        except TrickleError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trickle", description="Stream tables for the lakehouse.")
@@ -49,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--query", help="the defining query")
     source.add_argument("--query-file", help="file holding the defining query")
     create.add_argument("--schedule", default=None, help="duration (30s, 5m, 1h30m) or cron; 'none' = CALCULATED")
-    create.add_argument("--mode", default=None, help="DIFFERENTIAL (default), FULL or AUTO")
+    create.add_argument("--mode", default=None, type=_word(RefreshMode, "refresh mode"),
+                        help="DIFFERENTIAL (default), FULL or AUTO")
     create.add_argument("--no-initialize", action="store_true", help="create empty; populate on first refresh")
 
     drop = verbs.add_parser("drop", help="drop a stream table")
@@ -59,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     refresh = verbs.add_parser("refresh", help="refresh a stream table now")
     refresh.add_argument("name")
-    refresh.add_argument("--mode", default=None, help="AUTO (default), FULL, DIFFERENTIAL or REINITIALIZE")
+    refresh.add_argument("--mode", default=None, type=_word(RunMode, "refresh mode"),
+                         help="AUTO (default), FULL, DIFFERENTIAL or REINITIALIZE")
 
     status = verbs.add_parser("status", help="summary of stream tables")
     status.add_argument("name", nargs="?")
@@ -68,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     alter.add_argument("name")
     alter.add_argument("--query", help="a new defining query (the table is rebuilt)")
     alter.add_argument("--schedule")
-    alter.add_argument("--mode")
-    alter.add_argument("--status", help="ACTIVE or SUSPENDED")
+    alter.add_argument("--mode", type=_word(RefreshMode, "refresh mode"), help="DIFFERENTIAL, FULL or AUTO")
+    alter.add_argument("--status", type=_word(Status, "status"), help="ACTIVE or SUSPENDED")
 
     history = verbs.add_parser("history", help="refresh history")
     history.add_argument("name", nargs="?")

@@ -9,10 +9,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 
-REFRESH_MODES = ("DIFFERENTIAL", "FULL", "AUTO")
-STATUSES = ("ACTIVE", "SUSPENDED", "ERROR")
-CDC_MODES = ("auto", "cdf", "snapshot")
-
 
 @dataclass
 class TrickleConfig:

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from airflow.sdk import DAG, Asset, Param, TaskGroup, get_parsing_context
 
 from airflow_trickle.operators.refresh import StreamTableRefreshOperator, StreamTableSelectionOperator
-from airflow_trickle.planning import RUN_MODES
+from airflow_trickle.model import RunMode
 from airflow_trickle.project import Project, load_project
 from airflow_trickle.schedule import parse_schedule
 
@@ -49,7 +49,7 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
     params = {
         "tables": Param([], type="array", items={"type": "string", "enum": names}, uniqueItems=True,
                         title="Stream tables", description="Manual runs refresh these (empty: all of them)."),
-        "mode": Param("AUTO", type="string", enum=list(RUN_MODES), title="Refresh mode",
+        "mode": Param("AUTO", type="string", enum=[m.value for m in RunMode], title="Refresh mode",
                       description="AUTO lets each stream table choose; FULL recomputes; REINITIALIZE rebuilds."),
         "include_upstream": Param(False, type="boolean", title="Include upstream stream tables"),
         "include_downstream": Param(False, type="boolean", title="Include downstream stream tables"),

@@ -15,16 +15,15 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.qualify import qualify
 
-from airflow_trickle.config import REFRESH_MODES
 from airflow_trickle.errors import (
     AlreadyExistsError,
     CycleError,
     InvalidQueryError,
-    InvalidRefreshModeError,
     UnknownSourceError,
     UnsupportedConstructError,
 )
 from airflow_trickle.graph import build_graph, cycle_members
+from airflow_trickle.model import RefreshMode
 from airflow_trickle.names import HIDDEN_PREFIX, DEFAULT_DATABASE, qualify_name, split_name
 from airflow_trickle.schedule import Schedule, parse_schedule
 from airflow_trickle.sql.parse import (
@@ -62,35 +61,25 @@ class Definition:
     original_query: str
     defining_query: str
     schedule: Schedule
-    refresh_mode: str
-    effective_mode: str
+    refresh_mode: RefreshMode
+    effective_mode: RefreshMode
     mode_reason: str | None
     sources: dict[str, SourceInfo]
     output_columns: list[tuple[str, str]]
     columns_used: dict[str, list[str]] = field(default_factory=dict)
     #: Why DIFFERENTIAL cannot maintain the query (empty when it can).
     blockers: list[str] = field(default_factory=list)
-    #: Storage layout: row identity and hidden state columns (see ``storage.py``).
-    storage: dict = field(default_factory=lambda: {"identity": "bag", "state": []})
 
 
 def schema_fingerprint(columns: list[tuple[str, str]]) -> str:
     return xxhash.xxh64(json.dumps(columns).encode()).hexdigest()
 
 
-def normalize_refresh_mode(mode: str | None, *, stream_table: str | None = None) -> str:
-    value = str(mode or "").strip().upper()
-    if value not in REFRESH_MODES:
-        raise InvalidRefreshModeError(
-            f"invalid refresh mode {mode!r}", stream_table=stream_table, hint=f"use one of {', '.join(REFRESH_MODES)}"
-        )
-    return value
-
-
-def check_static(name: str, query: str, schedule: str | None, refresh_mode: str) -> tuple[str, exp.Query, Schedule, str]:
+def check_static(name: str, query: str, schedule: str | None,
+                 refresh_mode: str) -> tuple[str, exp.Query, Schedule, RefreshMode]:
     """Checks that need neither Spark nor the catalog; returns the normalised parts."""
     qualified = qualify_name(name)
-    mode = normalize_refresh_mode(refresh_mode, stream_table=qualified)
+    mode = RefreshMode.parse(refresh_mode, what="refresh mode", stream_table=qualified)
     parsed_schedule = parse_schedule(schedule, stream_table=qualified)
     ast = parse_query(query, stream_table=qualified)
     if qualified in source_names(ast):
@@ -207,13 +196,13 @@ def _check_monotone_cycle(name: str, ast: exp.Query, members: list[str], queries
                 hint="a cycle refreshes to a fixpoint only through joins, filters, projections and UNION ALL")
 
 
-def mode_choice(mode: str, blockers: list[str]) -> tuple[str, str | None]:
+def mode_choice(mode: RefreshMode, blockers: list[str]) -> tuple[RefreshMode, str | None]:
     """The mode a refresh runs in, and why it is FULL when it is."""
-    if mode == "FULL":
-        return "FULL", "refresh mode FULL"
+    if mode == RefreshMode.FULL:
+        return RefreshMode.FULL, "refresh mode FULL"
     if blockers:
-        return "FULL", f"AUTO chose FULL: {blockers[0]}"
-    return "DIFFERENTIAL", None
+        return RefreshMode.FULL, f"AUTO chose FULL: {blockers[0]}"
+    return RefreshMode.DIFFERENTIAL, None
 
 
 def _visible_columns(spark, name: str) -> list[tuple[str, str]]:

@@ -4,13 +4,11 @@ from __future__ import annotations
 import re
 
 from airflow_trickle.errors import InvalidNameError
+from airflow_trickle.model import HIDDEN_PREFIX
 
 DEFAULT_DATABASE = "default"
 _PART = r"[A-Za-z_][A-Za-z0-9_]*"
 _NAME = re.compile(rf"^(?:(?P<db>{_PART})\.)?(?P<table>{_PART})$")
-
-#: Prefix of the columns airflow_trickle adds to storage tables; user columns may not use it.
-HIDDEN_PREFIX = "__trickle_"
 
 
 def qualify_name(name: str, *, database: str = DEFAULT_DATABASE) -> str:

@@ -11,11 +11,9 @@ from datetime import datetime, timedelta
 
 from airflow_trickle.errors import InvalidParameterError
 from airflow_trickle.graph import downstream_of, upstream_of
+from airflow_trickle.model import RunMode
 from airflow_trickle.names import qualify_name
 from airflow_trickle.project import Project, RefreshUnit
-
-#: Modes a manual run may ask for (AUTO lets each stream table choose).
-RUN_MODES = ("AUTO", "FULL", "DIFFERENTIAL", "REINITIALIZE")
 
 
 @dataclass(frozen=True)
@@ -23,7 +21,7 @@ class Selection:
     """The stream tables a run refreshes, how, and whether schedules are ignored."""
 
     tables: frozenset[str]
-    mode: str = "AUTO"
+    mode: RunMode = RunMode.AUTO
     #: A manual run refreshes its selection now; a scheduled run only what is due.
     forced: bool = False
 
@@ -60,9 +58,10 @@ def select(project: Project, params: dict | None, *, manual: bool) -> Selection:
         chosen.add(name)
     if not chosen:
         chosen = set(names)
-    mode = str(params.get("mode") or "AUTO").strip().upper()
-    if mode not in RUN_MODES:
-        raise InvalidParameterError(f"'mode' must be one of {', '.join(RUN_MODES)}, not {params.get('mode')!r}")
+    try:
+        mode = RunMode.parse(params.get("mode") or RunMode.AUTO, what="mode")
+    except Exception:  # noqa: BLE001 - restated as a parameter error
+        raise InvalidParameterError(f"'mode' must be one of {RunMode.choices()}, not {params.get('mode')!r}") from None
     expanded = set(chosen)
     for flag, neighbours in (("include_upstream", upstream_of), ("include_downstream", downstream_of)):
         value = params.get(flag, False)

@@ -35,6 +35,7 @@ from airflow_trickle.definition import check_static
 from airflow_trickle.errors import CycleError, ProjectError, UnknownSourceError, UnsupportedConstructError
 from airflow_trickle.graph import build_graph, consistency_groups, effective_periods, find_cycle, group_period
 from airflow_trickle.graph import topological_order
+from airflow_trickle.model import RefreshMode
 from airflow_trickle.names import qualify_name
 from airflow_trickle.schedule import Schedule, parse_schedule
 from airflow_trickle.sql.parse import nondeterministic_calls, source_names
@@ -61,7 +62,7 @@ class StreamTableSpec:
     query: str
     #: Duration or cron text; ``None`` is CALCULATED (inherit the tightest downstream cadence).
     schedule: str | None
-    refresh_mode: str
+    refresh_mode: RefreshMode
     diamond_consistency: str = "none"
     diamond_schedule_policy: str = "fastest"
     #: Explicit freshness target; ``None`` means the default (twice the effective period).
@@ -78,12 +79,29 @@ class StreamTableSpec:
             options["freshness_seconds"] = int(self.freshness.total_seconds())
         return options
 
-    def to_dict(self) -> dict:
-        return {"name": self.name, "query": self.query, "schedule": self.schedule, "refresh_mode": self.refresh_mode,
-                "diamond_consistency": self.diamond_consistency,
+    def to_json(self) -> dict:
+        """A JSON-ready form that :meth:`from_json` turns back into an equal spec."""
+        return {"name": self.name, "query": self.query, "schedule": self.schedule,
+                "refresh_mode": str(self.refresh_mode), "diamond_consistency": self.diamond_consistency,
                 "diamond_schedule_policy": self.diamond_schedule_policy,
-                "freshness": None if self.freshness is None else f"{int(self.freshness.total_seconds())}s",
-                "description": self.description}
+                "freshness_seconds": None if self.freshness is None else self.freshness.total_seconds(),
+                "description": self.description, "sources": list(self.sources)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "StreamTableSpec":
+        """The spec :meth:`to_json` wrote (a refresh job rehydrates its tables this way).
+
+        >>> spec = StreamTableSpec("s.t", "SELECT 1 AS x FROM s.a", "5m", "AUTO", freshness=timedelta(minutes=9))
+        >>> StreamTableSpec.from_json(spec.to_json()) == spec
+        True
+        """
+        seconds = data.get("freshness_seconds")
+        return cls(name=data["name"], query=data["query"], schedule=data.get("schedule"),
+                   refresh_mode=RefreshMode.parse(data["refresh_mode"], what="refresh mode", stream_table=data["name"]),
+                   diamond_consistency=data.get("diamond_consistency", "none"),
+                   diamond_schedule_policy=data.get("diamond_schedule_policy", "fastest"),
+                   freshness=None if seconds is None else timedelta(seconds=seconds),
+                   description=data.get("description", ""), sources=tuple(data.get("sources", ())))
 
 
 @dataclass(frozen=True)
@@ -211,7 +229,7 @@ class Project:
     def to_job_spec(self, names: list[str]) -> dict:
         """What a Spark refresh job needs to create (when missing) and refresh ``names``."""
         return {"project": self.name, "warehouse": self.warehouse, "settings": self.settings,
-                "stream_tables": [self.stream_tables[n].to_dict() for n in names]}
+                "stream_tables": [self.stream_tables[n].to_json() for n in names]}
 
 
 def load_project(path: str | os.PathLike) -> Project:
@@ -289,7 +307,9 @@ def project_from_dict(data: dict, *, base_dir: Path) -> Project:
     project = Project(name=name, warehouse=warehouse, stream_tables=specs, declared_sources=declared,
                       settings=settings, spark=spark, airflow=airflow, freshness_factor=factor, graph=graph,
                       periods=periods, units=units)
-    project.tick() and parse_schedule(project.tick(), stream_table=None)
+    tick = project.tick()
+    if tick:
+        parse_schedule(tick, stream_table=None)  # a bad airflow.schedule fails at load, not in Airflow
     return project
 
 
@@ -315,7 +335,7 @@ def _stream_table(entry: Any, index: int, defaults: dict, base_dir: Path) -> Str
     schedule = None if schedule is None or str(schedule).strip() == "" else str(schedule)
     mode = entry.get("refresh_mode", defaults.get("refresh_mode", "DIFFERENTIAL"))
     qualified, ast, _, mode = check_static(label, query, schedule, mode)
-    if mode == "DIFFERENTIAL":
+    if mode == RefreshMode.DIFFERENTIAL:
         for fn in nondeterministic_calls(ast):
             raise UnsupportedConstructError(
                 f"cannot be maintained in DIFFERENTIAL mode: non-deterministic function {fn}()",

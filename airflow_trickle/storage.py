@@ -9,7 +9,7 @@ Every storage table has the user's output columns plus hidden columns:
   when keyed).  Numbers are unique per row content but need not be dense: an append numbers
   its copies ``refresh number * 2^31 + i`` so that it never reads the stored ones, and a
   removal takes the highest numbers.  (Tables created before this was BIGINT keep an INT
-  column and dense numbers: ``storage["dup_type"]`` says which.)
+  column and dense numbers: ``StorageLayout.dup_type`` says which.)
 
 ``(__trickle_row_id, __trickle_dup)`` is unique, so MERGE can match exactly one physical row,
 and a refresh can add or remove single copies of a duplicated row.  Change Data Feed is on, so
@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import shutil
 
+from airflow_trickle.model import DUP, ROW_ID, StorageLayout
 from airflow_trickle.names import quote_name
-
-ROW_ID = "__trickle_row_id"
-DUP = "__trickle_dup"
 
 TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
@@ -33,23 +31,12 @@ TABLE_PROPERTIES = {
 }
 
 
-def dup_type(storage: dict) -> str:
-    """The type of a storage table's copy-number column: BIGINT since copies are numbered per
-    refresh, INT in tables created before (their layout records no ``dup_type``)."""
-    return storage.get("dup_type", "int")
-
-
-def hidden_columns(storage: dict) -> list[tuple[str, str]]:
-    """The hidden columns of a storage layout, in table order."""
-    extra = [tuple(col) for col in storage.get("state", [])]
-    return [(ROW_ID, "bigint"), (DUP, dup_type(storage))] + extra
-
-
-def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: dict, *, replace: bool = False) -> None:
+def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: StorageLayout, *,
+                         replace: bool = False) -> None:
     """Create (or, keeping its history, replace) the Delta table behind a stream table."""
     column_ddl = ", ".join(f"`{col}` {kind}" for col, kind in columns)
     hidden_ddl = ", ".join(f"`{col}` {kind} NOT NULL" if col in (ROW_ID, DUP) else f"`{col}` {kind}"
-                           for col, kind in hidden_columns(storage))
+                           for col, kind in storage.hidden_columns())
     props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
     spark.sql(f"{verb} {quote_name(name)} ({column_ddl}, {hidden_ddl}) USING delta TBLPROPERTIES ({props})")

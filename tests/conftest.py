@@ -30,9 +30,22 @@ SPARK_MODES = ("classic", "connect")
 TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9}
 
 
+#: Modules that start Spark themselves (a subprocess, a service) rather than through the fixtures.
+JVM_MODULES = {"test_airflow_example.py", "test_service.py", "test_spark_cluster.py"}
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "both_spark_modes: run in the Spark modes $TRICKLE_TEST_SPARK_MODES lists")
     config.addinivalue_line("markers", "cluster: starts a Spark standalone cluster (run with -m cluster)")
+    config.addinivalue_line("markers", "jvm: needs Spark (set on collection; -m 'not jvm' runs the rest in seconds)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that needs a JVM ``jvm``, and run the JVM-free ones first: they fail fast."""
+    for item in items:
+        if "spark_mode" in getattr(item, "fixturenames", ()) or item.path.name in JVM_MODULES:
+            item.add_marker(pytest.mark.jvm)
+    items.sort(key=lambda item: item.get_closest_marker("jvm") is not None)
 
 
 def marked_modes() -> list[str]:
@@ -82,6 +95,13 @@ class Sparks:
         return self.made[mode]
 
     def close(self) -> None:
+        import logging
+
+        # py4j closes its connections from __del__ at interpreter exit, after pytest closed the
+        # streams its log records would go to: keep those closing notes out of the run's end.
+        for name in [n for n in logging.root.manager.loggerDict if n.startswith("py4j")] + ["py4j"]:
+            logging.getLogger(name).disabled = True
+        logging.raiseExceptions = False
         for made in self.made.values():
             made["tr"].close()
             if made["service"] is not None:

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.both_spark_modes
 
 def oracle(tr, name: str) -> list[tuple]:
     """The stream table's defining query at its frontier versions."""
-    from airflow_trickle.refresh.engine import pinned_query_sql
+    from airflow_trickle.refresh.apply import pinned_query_sql
 
     st = tr.get(name)
     return rows(tr.spark.sql(pinned_query_sql(tr, st, st.frontier)))
@@ -131,6 +131,12 @@ def test_a_concurrent_commit_conflict_is_retried(tr, db):
     tr.sql(f"INSERT INTO {db}.a VALUES (1), (1), (NULL)")
     failures = []
 
+    class ConcurrentAppendException(Exception):
+        """What a lost commit race looks like from Spark: Delta's error condition on the exception."""
+
+        def getCondition(self):
+            return "DELTA_CONCURRENT_APPEND"
+
     class FlakySpark:
         """Fails the first write of the refresh (a MERGE or an append) like a concurrent writer would."""
 
@@ -140,7 +146,7 @@ def test_a_concurrent_commit_conflict_is_retried(tr, db):
         def sql(self, text):
             if text.lstrip().upper().startswith(("MERGE", "INSERT")) and not failures:
                 failures.append(text)
-                raise RuntimeError("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added")
+                raise ConcurrentAppendException("Files were added by a concurrent update")
             return tr.spark.sql(text)
 
     env = SimpleNamespace(spark=FlakySpark(), catalog=tr.catalog, config=tr.config)

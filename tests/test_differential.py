@@ -5,7 +5,7 @@ import pytest
 
 from airflow_trickle.catalog import CatalogStore
 from airflow_trickle.errors import RefreshError, UnsupportedConstructError
-from airflow_trickle.refresh import engine
+from airflow_trickle.refresh import apply, decide
 from tests.oracle import multiset
 
 pytestmark = pytest.mark.both_spark_modes
@@ -117,13 +117,13 @@ def test_insert_only_changes_are_appended_without_a_merge(tr, db):
     assert_matches(tr, name, query)
     # a replayed append is skipped by its transaction id
     tr.sql(f"INSERT INTO {db}.o VALUES (92, 1, 7)")
-    stale, current = tr.get(name), engine.source_versions(tr, name)
+    stale, current = tr.get(name), decide.source_versions(tr.catalog, name)
     from airflow_trickle.catalog.model import utcnow
 
-    first = engine.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="a", data_timestamp=utcnow())
-    replay = engine.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="b", data_timestamp=utcnow())
+    first = apply.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="a", data_timestamp=utcnow())
+    replay = apply.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="b", data_timestamp=utcnow())
     # customer 1 is in c twice, so the new order joins two rows
-    assert first["rows_inserted"] == 2 and replay["rows_inserted"] == 0 and "already landed" in replay["reason"]
+    assert first.rows_inserted == 2 and replay.rows_inserted == 0 and "already landed" in replay.reason
     assert_matches(tr, name, query)
 
 
@@ -171,7 +171,7 @@ def test_killed_before_the_data_commit_the_retry_applies_once(tr, db, monkeypatc
         raise OSError("killed before the data commit")
 
     with monkeypatch.context() as patch:
-        patch.setattr(engine, "refresh_commit", killed)
+        patch.setattr(apply, "refresh_commit", killed)
         with pytest.raises(RefreshError):
             tr.refresh_stream_table(name)
     assert multiset(tr.read(name)) != multiset(tr.sql(query))  # nothing applied yet
@@ -186,13 +186,13 @@ def test_a_replayed_commit_is_skipped_by_its_transaction_id(tr, db):
     tr.create_stream_table(name, query)
     tr.sql(f"INSERT INTO {db}.o VALUES (80, 3, 1000)")
     stale = tr.get(name)
-    current = engine.source_versions(tr, name)
+    current = decide.source_versions(tr.catalog, name)
     from airflow_trickle.catalog.model import utcnow
 
-    first = engine.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="a", data_timestamp=utcnow())
+    first = apply.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="a", data_timestamp=utcnow())
     version_after_first = tr.spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().version
     # a retry that did not see the first commit computes the same change with the same number
-    engine.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="b", data_timestamp=utcnow())
+    apply.apply_refresh(tr, stale, "DIFFERENTIAL", current, refresh_id="b", data_timestamp=utcnow())
     assert tr.spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().version == version_after_first
-    assert first["rows_inserted"] >= 1
+    assert first.rows_inserted >= 1
     assert_matches(tr, name, query)

@@ -41,7 +41,7 @@ def test_manual_selection_with_upstream_and_downstream(chain):
     ({"tables": ["s.nope"]}, "'s.nope', which is not a stream table of project 'p'"),
     ({"tables": ["not a name!"]}, "not a name!"),
     ({"tables": 7}, "must be a list"),
-    ({"mode": "FASTER"}, "'mode' must be one of AUTO, FULL, DIFFERENTIAL, REINITIALIZE"),
+    ({"mode": "FASTER"}, "'mode' must be one of AUTO, FULL, DIFFERENTIAL or REINITIALIZE"),
     ({"include_upstream": "yes"}, "'include_upstream' must be true or false"),
 ])
 def test_bad_parameters_are_refused_with_the_reason(chain, params, text):

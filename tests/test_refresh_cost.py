@@ -7,8 +7,10 @@ import pyarrow as pa
 import pytest
 
 from airflow_trickle.deltalog import insert_only_commits
-from airflow_trickle.dvm.apply import bag_append_sql, differential_merge_sql
-from airflow_trickle.dvm.plan import Versions
+from airflow_trickle.dvm.apply import differential_merge_sql
+from airflow_trickle.dvm.bag import bag_append_sql
+from airflow_trickle.dvm.base import Versions
+from airflow_trickle.model import StorageLayout
 from airflow_trickle.refresh.cost import ChangeEstimate, full_is_cheaper, observed_fanout
 from airflow_trickle.refresh.phases import PhaseClock, format_phases
 
@@ -65,7 +67,8 @@ def test_insert_only_commits_reads_the_delta_log(tmp_path):
 
 
 def _stream_table(name, query, output, storage):
-    return SimpleNamespace(name=name, defining_query=query, output_columns=output, storage=storage)
+    return SimpleNamespace(name=name, defining_query=query, output_columns=output,
+                           storage=StorageLayout.from_dict(storage))
 
 
 def test_linear_aggregate_merge_advances_state_in_the_merge_without_reading_the_target():
@@ -78,7 +81,7 @@ def test_linear_aggregate_merge_advances_state_in_the_merge_without_reading_the_
     sql = differential_merge_sql(st, versions, columns)
     source = sql.split(" USING (", 1)[1].rsplit(") AS s ON", 1)[0]
     assert "`s`.`agg`" not in source  # the storage table is read only by the MERGE's own join
-    assert source.count("table_changes('s.f', 4, 5)") == 1  # one read of the change feed
+    assert source.lower().count("table_changes('s.f', 4, 5)") == 1  # one read of the change feed
     assert "GROUP BY" in source and source.count("GROUP BY") == 1  # per group; raw change rows summed
     assert "t.`__trickle_count` = CAST(COALESCE(t.`__trickle_count`, 0) + COALESCE(s.__dc, 0) AS bigint)" in sql
     assert "WHEN MATCHED AND CAST(COALESCE(t.`__trickle_count`, 0) + COALESCE(s.__dc, 0) AS bigint) = 0 THEN DELETE" \

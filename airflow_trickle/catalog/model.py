@@ -5,6 +5,9 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 
+from airflow_trickle.model import StorageLayout
+
+
 def _schemas():
     """Arrow schemas of the catalog tables (built lazily: pyarrow loads only when the catalog is used)."""
     import pyarrow as pa
@@ -72,6 +75,8 @@ class _Row:
 
     def to_row(self) -> dict:
         row = asdict(self)
+        if isinstance(getattr(self, "storage", None), StorageLayout):
+            row["storage"] = self.storage.to_dict()
         for key in _JSON_FIELDS & row.keys():
             row[key] = None if row[key] is None else json.dumps(row[key], sort_keys=True)
         return row
@@ -87,6 +92,8 @@ class _Row:
             if key in _JSON_FIELDS and isinstance(value, str):
                 value = json.loads(value)
             values[key] = _as_utc(value)
+        if "storage" in names:
+            values["storage"] = StorageLayout.from_dict(values.get("storage"))
         return cls(**values)
 
 
@@ -114,8 +121,8 @@ class StreamTable(_Row):
     output_columns: list[str] = field(default_factory=list)
     #: Location (path or URI) of the storage Delta table.
     location: str | None = None
-    #: How rows are identified in storage: ``{"identity": "bag"|"keyed", "hidden": [...]}``.
-    storage: dict = field(default_factory=dict)
+    #: How rows are stored: identity, apply strategy, hidden state columns.
+    storage: StorageLayout = field(default_factory=StorageLayout)
     #: Per-table settings (diamond consistency, freshness target, ...).
     options: dict = field(default_factory=dict)
     last_refresh_at: datetime | None = None

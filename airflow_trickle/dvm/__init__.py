@@ -8,7 +8,7 @@ from __future__ import annotations
 
 def differential_blockers(defining_query: str, sources) -> list[str]:
     """Constructs in ``defining_query`` that DIFFERENTIAL refresh cannot maintain (empty: none)."""
-    from airflow_trickle.dvm.plan import unsupported_constructs
+    from airflow_trickle.dvm.planner import unsupported_constructs
 
     columns = {s.name: [c for c, _ in s.columns] for s in sources.values()} if sources else None
     return unsupported_constructs(defining_query, columns)
@@ -32,7 +32,7 @@ def source_columns(env, st) -> dict[str, list[str]]:
 def _refresh_versions(env, st, current: dict[str, int], deps):
     """The versions a refresh's delta is computed between, and how each source's changes are
     read (raw change rows: every applier consolidates what it needs)."""
-    from airflow_trickle.dvm.plan import Versions
+    from airflow_trickle.dvm.base import Versions
 
     return Versions(old=st.frontier, new=current, columns=source_columns(env, st),
                     use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
@@ -41,7 +41,7 @@ def _refresh_versions(env, st, current: dict[str, int], deps):
 def differential_merge(env, st, current: dict[str, int]) -> tuple[str | None, str | None]:
     """The MERGE applying the change from ``st.frontier`` to ``current``, or ``(None, why not)``."""
     from airflow_trickle.dvm.apply import differential_merge_sql
-    from airflow_trickle.dvm.plan import Unsupported
+    from airflow_trickle.dvm.base import Unsupported
 
     if set(st.frontier) != set(current):
         return None, "the set of sources differs from the frontier"
@@ -60,12 +60,13 @@ def differential_append(env, st, current: dict[str, int]) -> str | None:
     insert-only MERGEs of an upstream stream table): the delta then has no negative weight.
     """
     from airflow_trickle.deltalog import insert_only_commits
-    from airflow_trickle.dvm.apply import bag_append_sql
-    from airflow_trickle.dvm.plan import Unsupported, plan
+    from airflow_trickle.dvm.bag import bag_append_sql
+    from airflow_trickle.dvm.base import Unsupported
+    from airflow_trickle.dvm.planner import plan
     from airflow_trickle.sql.parse import non_monotone_constructs, parse_query
-    from airflow_trickle.storage import dup_type
+    from airflow_trickle.model import Strategy
 
-    if st.storage.get("strategy", "bag") != "bag" or set(st.frontier) != set(current):
+    if (st.storage.strategy or Strategy.BAG) != Strategy.BAG or set(st.frontier) != set(current):
         return None
     deps = env.catalog.dependencies(st.name)
     try:
@@ -79,17 +80,17 @@ def differential_append(env, st, current: dict[str, int]) -> str | None:
     versions = _refresh_versions(env, st, current, deps)
     try:
         return bag_append_sql(st.name, st.output_columns, plan(st.defining_query, versions.columns).delta_sql(versions),
-                              seq=st.refresh_seq + 1, dup_type=dup_type(st.storage))
+                              seq=st.refresh_seq + 1, dup_type=st.storage.dup_type)
     except Unsupported:
         return None
 
 
 def full_source(env, st, current: dict[str, int]) -> str | None:
     """Rows with identity and state for a FULL refresh of a keyed stream table (None for bags)."""
-    if st.storage.get("identity") != "keyed":
+    if not st.storage.is_keyed:
         return None
     from airflow_trickle.dvm.apply import full_source_sql
-    from airflow_trickle.dvm.plan import Versions
+    from airflow_trickle.dvm.base import Versions
 
     columns = source_columns(env, st)
     return full_source_sql(st, Versions(old=current, new=current, columns=columns), columns)

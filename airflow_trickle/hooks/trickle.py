@@ -65,10 +65,6 @@ class TrickleHook(BaseHook):
         return CatalogStore(f"{self.config.warehouse.rstrip('/')}/{CATALOG_DIR}",
                             write_attempts=self.config.catalog_write_attempts)
 
-    @property
-    def spark(self):
-        raise TrickleError("TrickleHook reads the catalog only; a refresh that needs Spark runs as a Spark job")
-
     def get_conn(self):
         return self.catalog
 
@@ -104,18 +100,19 @@ class TrickleHook(BaseHook):
 
     def refresh_cheaply(self, name: str, *, initiated_by: str):
         """Finish a refresh that needs no Spark (NO_DATA, or SKIP when suspended); else ``None``."""
-        from airflow_trickle.refresh import refresh_stream_table
+        from airflow_trickle.refresh.engine import refresh_without_spark
 
-        return refresh_stream_table(self, name, initiated_by=initiated_by, cheap_only=True)
+        return refresh_without_spark(self.catalog, name, initiated_by=initiated_by)
 
     def record_freshness_miss(self, miss, *, initiated_by: str) -> None:
         """Append a FRESHNESS_MISS row to the refresh history."""
         from airflow_trickle.catalog import RefreshRecord
         from airflow_trickle.catalog.model import utcnow
+        from airflow_trickle.model import Action, Outcome
 
         now = utcnow()
         st = self.catalog.get(miss.name)
         self.catalog.append_history(RefreshRecord(
             refresh_id=uuid.uuid4().hex, st_name=miss.name, seq=st.refresh_seq if st else 0,
-            action="FRESHNESS_MISS", status="ALERT", start_time=now, end_time=now, reason=miss.message,
+            action=Action.FRESHNESS_MISS, status=Outcome.ALERT, start_time=now, end_time=now, reason=miss.message,
             initiated_by=initiated_by, data_timestamp=miss.data_timestamp))

@@ -12,7 +12,7 @@ the type of its Airflow connection):
   process against the long-lived Spark service (``trickle serve``) -- no JVM in the worker,
   so a refresh costs its query, not a JVM start;
 * **spark-submit** (a ``spark`` connection, or ``submit: true``): the task submits
-  :mod:`airflow_trickle.spark.job` through the Spark provider -- ``local[*]``, YARN,
+  :mod:`airflow_trickle.jobs.refresh_job` through the Spark provider -- ``local[*]``, YARN,
   Kubernetes or a standalone cluster, as the connection says.
 """
 from __future__ import annotations
@@ -27,10 +27,11 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
+from airflow_trickle.model import RunMode
 from airflow_trickle.project import Project, RefreshUnit, load_project
 
 #: The Spark application every refresh task submits.
-JOB_FILE = str(Path(__file__).resolve().parent.parent / "spark" / "job.py")
+JOB_FILE = str(Path(__file__).resolve().parent.parent / "jobs" / "refresh_job.py")
 
 
 class StreamTableRefreshOperator(SparkSubmitOperator):
@@ -97,7 +98,7 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
         outcomes: dict[str, dict] = {}
         needing: list[str] = []
         for position, name in enumerate(members):
-            cheap = None if (selection.mode != "AUTO" or rows[name] is None) else hook.refresh_cheaply(
+            cheap = None if (selection.mode != RunMode.AUTO or rows[name] is None) else hook.refresh_cheaply(
                 name, initiated_by=tag)
             if cheap is None:
                 needing = members[position:]
@@ -114,7 +115,7 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
             self._emit_asset_events(context, outcomes)
             return outcomes
         self.application_args = ["--spec", json.dumps(project.to_job_spec(needing)), "--tables", ",".join(needing),
-                                 "--mode", selection.mode, "--initiated-by", tag]
+                                 "--mode", selection.mode.value, "--initiated-by", tag]
         if unit.is_group:
             self.application_args += ["--group", json.dumps({"members": list(unit.members),
                                                              "convergence_points": list(unit.convergence_points)})]
@@ -144,7 +145,8 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
         from airflow_trickle.spark.session import session_conf
 
         conf = session_conf(self.project.config(), self.project.warehouse)
-        conf.pop("spark.sql.warehouse.dir", None) if "://" in self.project.warehouse else None
+        if "://" in self.project.warehouse:  # a remote warehouse is the cluster's own setting
+            conf.pop("spark.sql.warehouse.dir", None)
         return conf
 
     def _submits(self) -> bool:
@@ -177,7 +179,7 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
 
         from airflow_trickle.api import Trickle
         from airflow_trickle.errors import TrickleError
-        from airflow_trickle.spark.job import run
+        from airflow_trickle.jobs.refresh_job import run
 
         address = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("refreshing %s over Spark Connect at %s (mode %s)", ", ".join(names), address, mode)
@@ -291,4 +293,4 @@ class StreamTableSelectionOperator(BaseOperator):
             raise AirflowException(f"refused: {err}") from None
         tables = [n for n in self.project.stream_tables if n in selection.tables]
         self.log.info("%s run: %s (mode %s)", "manual" if manual else "scheduled", ", ".join(tables), selection.mode)
-        return {"tables": tables, "mode": selection.mode, "forced": selection.forced}
+        return {"tables": tables, "mode": selection.mode.value, "forced": selection.forced}

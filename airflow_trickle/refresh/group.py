@@ -16,6 +16,7 @@ frontier under a new refresh number, so a crash right after it is repaired like 
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 
@@ -23,13 +24,12 @@ from airflow_trickle.catalog import RefreshRecord, StreamTable
 from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.deltalog import latest_version
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
-from airflow_trickle.refresh.engine import (
-    Environment,
-    RefreshResult,
-    apply_refresh,
-    recover_frontier,
-    refresh_stream_table,
-)
+from airflow_trickle.model import Action, Outcome
+from airflow_trickle.refresh.apply import apply_refresh
+from airflow_trickle.refresh.decide import recover_frontier
+from airflow_trickle.refresh.engine import Environment, RefreshResult, refresh_stream_table
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -76,31 +76,40 @@ def refresh_group(env: Environment, members: list[str], *, group: list[str] | No
     except BaseException as err:
         failed = members[len(results)]
         committed = [r.name for r in results if latest_version(before[r.name].row.location) > before[r.name].version]
-        restored = [m for m in reversed(committed) if _put_back(env, before[m], initiated_by=initiated_by)]
+        restored, unrestored = [], []
+        for member in reversed(committed):
+            try:
+                _put_back(env, before[member], initiated_by=initiated_by)
+                restored.append(member)
+            except Exception as undo_error:  # noqa: BLE001 - reported below; the attempt's error stays the cause
+                log.exception("%s: could not restore its state before the group attempt", member)
+                unrestored.append(f"{member} ({str(undo_error).strip().splitlines()[0][:200]})")
         message = (f"atomic group {name} failed at {failed}: {err}; "
                    + (f"restored {', '.join(reversed(restored))} to their state before the attempt"
-                      if restored else "no member had committed"))
+                      if restored else "no member had committed" if not unrestored else "nothing restored"))
+        if unrestored:
+            message += (f"; could NOT restore {', '.join(unrestored)}: refresh the group again (its members stay "
+                        "exact for their own frontiers)")
         env.catalog.record_group_attempt(name, group, convergence_points or [], succeeded=False, error=message)
         raise RefreshError(message, stream_table=failed) from err
     state = env.catalog.record_group_attempt(name, group, convergence_points or [], succeeded=True)
     return GroupResult(name=name, members=list(members), epoch=state.epoch, results=results)
 
 
-def _put_back(env: Environment, before: _Before, *, initiated_by: str) -> bool:
-    """Make ``before.row``'s table hold what it held before the attempt; True when a commit was made."""
+def _put_back(env: Environment, before: _Before, *, initiated_by: str) -> None:
+    """Make ``before.row``'s table hold what it held before the attempt (one FULL-as-diff commit)."""
     started = utcnow()
     refresh_id = uuid.uuid4().hex
-    current, _, _ = recover_frontier(env, env.catalog.get(before.row.name))
+    current = recover_frontier(env.catalog, env.catalog.get(before.row.name)).st
     # refresh numbers only grow: the put-back commit is numbered after the commit it undoes
     undo_from = StreamTable(**{**vars(current), "refresh_seq": max(current.refresh_seq, before.row.refresh_seq)})
-    applied = apply_refresh(env, undo_from, "FULL", before.row.frontier, refresh_id=refresh_id,
+    applied = apply_refresh(env, undo_from, Action.FULL, before.row.frontier, refresh_id=refresh_id,
                             data_timestamp=before.row.data_timestamp or started)
     # the schedule still sees the last *successful* refresh, so a retry is due at once
     env.catalog.update(before.row.name, lambda row: setattr(row, "last_refresh_at", before.row.last_refresh_at))
     env.catalog.append_history(RefreshRecord(
-        refresh_id=refresh_id, st_name=before.row.name, seq=applied["seq"], action="RESTORE",
-        status="COMPLETED", rows_inserted=applied["rows_inserted"], rows_deleted=applied["rows_deleted"],
+        refresh_id=refresh_id, st_name=before.row.name, seq=applied.seq, action=Action.RESTORE,
+        status=Outcome.COMPLETED, rows_inserted=applied.rows_inserted, rows_deleted=applied.rows_deleted,
         start_time=started, end_time=utcnow(), reason="atomic group attempt failed; restored the pre-attempt state",
         initiated_by=initiated_by, frontier_from=current.frontier, frontier_to=before.row.frontier,
         data_timestamp=before.row.data_timestamp))
-    return True

@@ -1,4 +1,4 @@
-"""The Spark application of a refresh task: ``spark-submit airflow_trickle/spark/job.py ...``.
+"""The Spark application of a refresh task: ``spark-submit airflow_trickle/jobs/refresh_job.py ...``.
 
 It runs inside the Spark driver (the session comes from spark-submit's configuration), so it
 works the same on ``local[*]`` and on a cluster.  For each stream table named, in order, it
@@ -19,22 +19,31 @@ import json
 import sys
 
 from airflow_trickle.errors import DefinitionError, TrickleError
+from airflow_trickle.model import RunMode
+from airflow_trickle.project import StreamTableSpec
 
 RESULT_PREFIX = "TRICKLE_RESULT "
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="airflow_trickle.spark.job", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="airflow_trickle.jobs.refresh_job", description=__doc__.split("\n")[0])
     parser.add_argument("--spec", required=True, help="JSON: project name, warehouse, settings, stream tables")
     parser.add_argument("--tables", required=True, help="comma-separated stream tables, refreshed in this order")
-    parser.add_argument("--mode", default="AUTO", help="AUTO, FULL, DIFFERENTIAL or REINITIALIZE")
+    parser.add_argument("--mode", default=RunMode.AUTO.value, type=_run_mode, help=RunMode.choices())
     parser.add_argument("--initiated-by", default="AIRFLOW", help="recorded in each history row")
     parser.add_argument("--group", default=None,
                         help="JSON {members, convergence_points} of the atomic group the tables belong to")
     return parser.parse_args(argv)
 
 
-def ensure_stream_table(tr, spec: dict, *, initiated_by: str) -> bool:
+def _run_mode(text: str) -> RunMode:
+    try:
+        return RunMode.parse(text, what="mode")
+    except TrickleError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def ensure_stream_table(tr, spec: StreamTableSpec) -> bool:
     """Create ``spec``'s stream table when the catalog lacks it; align schedule and options.
 
     Returns True when it was created (and therefore already populated by its initial refresh).
@@ -42,49 +51,39 @@ def ensure_stream_table(tr, spec: dict, *, initiated_by: str) -> bool:
     changing a defining query in place is not supported, and silently keeping the old one
     would serve data that does not match the project.
     """
-    name = spec["name"]
-    current = tr.catalog.get(name)
+    current = tr.catalog.get(spec.name)
+    options = spec.options()
     if current is None:
-        tr.create_stream_table(name, spec["query"], schedule=spec["schedule"], refresh_mode=spec["refresh_mode"],
-                               options=_options(spec))
+        tr.create_stream_table(spec.name, spec.query, schedule=spec.schedule, refresh_mode=spec.refresh_mode,
+                               options=options)
         return True
-    if current.original_query.strip() != spec["query"].strip() or current.refresh_mode != spec["refresh_mode"]:
-        what = "defining query" if current.original_query.strip() != spec["query"].strip() else "refresh mode"
+    if current.original_query.strip() != spec.query.strip() or current.refresh_mode != spec.refresh_mode:
+        what = "defining query" if current.original_query.strip() != spec.query.strip() else "refresh mode"
         raise DefinitionError(
             f"the project's {what} differs from the registered stream table's",
-            stream_table=name,
-            hint=f"changing it in place is not supported: run `trickle drop {name} --cascade` "
+            stream_table=spec.name,
+            hint=f"changing it in place is not supported: run `trickle drop {spec.name} --cascade` "
                  "and the next run recreates it from the project")
-    options = _options(spec)
-    if current.schedule != spec["schedule"] or any(current.options.get(k) != v for k, v in options.items()):
-        tr.alter_stream_table(name, schedule=spec["schedule"], options=options)
+    if current.schedule != spec.schedule or any(current.options.get(k) != v for k, v in options.items()):
+        tr.alter_stream_table(spec.name, schedule=spec.schedule, options=options)
     return False
 
 
-def _options(spec: dict) -> dict:
-    from airflow_trickle.schedule import parse_schedule
-
-    options = {"diamond_consistency": spec.get("diamond_consistency", "none"),
-               "diamond_schedule_policy": spec.get("diamond_schedule_policy", "fastest")}
-    if spec.get("freshness"):
-        options["freshness_seconds"] = int(parse_schedule(spec["freshness"]).every.total_seconds())
-    return options
-
-
-def run(tr, spec: dict, tables: list[str], *, mode: str, initiated_by: str, group: dict | None = None) -> list[dict]:
+def run(tr, spec: dict, tables: list[str], *, mode: RunMode, initiated_by: str, group: dict | None = None) -> list[dict]:
     """Ensure and refresh ``tables`` in order; returns one outcome per table refreshed.
 
     With ``group``, the tables are refreshed all-or-nothing as (part of) that atomic group.
     """
-    specs = {s["name"]: s for s in spec["stream_tables"]}
+    mode = RunMode.parse(mode, what="mode")
+    specs = {s["name"]: StreamTableSpec.from_json(s) for s in spec["stream_tables"]}
     unknown = [name for name in tables if name not in specs]
     if unknown:
         raise TrickleError(f"not part of project {spec['project']!r}", stream_table=unknown[0])
     if group is not None:
         for name in tables:
-            ensure_stream_table(tr, specs[name], initiated_by=initiated_by)
+            ensure_stream_table(tr, specs[name])
         result = tr.refresh_group(tables, group=group["members"], convergence_points=group["convergence_points"],
-                                  mode=None if mode == "AUTO" else mode, initiated_by=initiated_by)
+                                  mode=mode.requested, initiated_by=initiated_by)
         outcomes = [{"name": r.name, "action": r.action, "status": r.status, "rows_inserted": r.rows_inserted,
                      "rows_deleted": r.rows_deleted, "reason": r.reason, "group_epoch": result.epoch}
                     for r in result.results]
@@ -93,13 +92,13 @@ def run(tr, spec: dict, tables: list[str], *, mode: str, initiated_by: str, grou
         return outcomes
     outcomes = []
     for name in tables:
-        created = ensure_stream_table(tr, specs[name], initiated_by=initiated_by)
-        if created and mode == "AUTO":
+        created = ensure_stream_table(tr, specs[name])
+        if created and mode == RunMode.AUTO:
             record = tr.history(name, limit=1)[0]
             outcome = {"name": name, "action": "CREATED", "status": record.status,
                        "rows_inserted": record.rows_inserted, "rows_deleted": record.rows_deleted}
         else:
-            result = tr.refresh_stream_table(name, None if mode == "AUTO" else mode, initiated_by=initiated_by)
+            result = tr.refresh_stream_table(name, mode.requested, initiated_by=initiated_by)
             outcome = {"name": name, "action": result.action, "status": result.status,
                        "rows_inserted": result.rows_inserted, "rows_deleted": result.rows_deleted,
                        "reason": result.reason}
@@ -123,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     tr = Trickle(spec["warehouse"], spark=spark, config=config)
     try:
         tr.sync()
-        run(tr, spec, tables, mode=args.mode.upper(), initiated_by=args.initiated_by,
+        run(tr, spec, tables, mode=args.mode, initiated_by=args.initiated_by,
             group=json.loads(args.group) if args.group else None)
     except TrickleError as err:
         print(f"airflow_trickle: {err}", file=sys.stderr, flush=True)

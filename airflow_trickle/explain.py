@@ -1,4 +1,7 @@
-"""``explain``: what a refresh of a stream table would do, and why."""
+"""``explain``: what a refresh of a stream table would do, and why (nothing is executed).
+
+An entry point over the DVM (operator tree, delta SQL) and the refresh's FULL path.
+"""
 from __future__ import annotations
 
 from airflow_trickle.deltalog import latest_version
@@ -7,18 +10,18 @@ from airflow_trickle.deltalog import latest_version
 def explain(env, st) -> dict:
     """Operator tree, strategy, and the SQL a refresh would run now (nothing is executed)."""
     from airflow_trickle.dvm import differential_merge, source_columns
-    from airflow_trickle.dvm.plan import plan
-    from airflow_trickle.refresh.engine import full_refresh_sql
+    from airflow_trickle.dvm.planner import plan
+    from airflow_trickle.refresh.apply import full_refresh_sql
 
     current = {d.source_name: latest_version(d.source_location) for d in env.catalog.dependencies(st.name)}
     lines = [f"stream table {st.name}", f"  refresh mode: {st.refresh_mode} (runs {st.effective_mode})"]
     if st.mode_reason:
         lines.append(f"  why FULL: {st.mode_reason}")
     result = {"name": st.name, "mode": st.effective_mode, "reason": st.mode_reason,
-              "strategy": st.storage.get("strategy", "full"), "frontier": st.frontier, "current": current}
+              "strategy": st.storage.strategy or "full", "frontier": st.frontier, "current": current}
     if st.effective_mode == "DIFFERENTIAL":
         tree = plan(st.defining_query, source_columns(env, st)).explain()
-        strategy = st.storage.get("strategy")
+        strategy = st.storage.strategy or "bag"
         lines.append(f"  apply strategy: {strategy} ({_STRATEGY_TEXT[strategy]})")
         lines.append("  operator tree:")
         lines += ["    " + line for line in tree]

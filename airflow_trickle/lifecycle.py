@@ -1,0 +1,227 @@
+"""Create, alter and drop stream tables: validation first, then storage, then the catalog.
+
+Every check runs before anything is written (``definition.analyze``).  Creating and replacing a
+defining query share one step, :func:`install`: the storage layout is chosen, change feeds are
+prepared, the storage table is created (or replaced, keeping its history) and the catalog rows
+are written.  ``env`` is the :class:`~airflow_trickle.api.Trickle` facade (``spark``,
+``catalog``, ``config``, ``sync``, ``get``, ``refresh_stream_table``).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+
+from airflow_trickle.catalog import Dependency, StreamTable
+from airflow_trickle.definition import Definition, analyze, mode_choice
+from airflow_trickle.errors import DefinitionError, StreamTableNotFoundError, UnsupportedConstructError
+from airflow_trickle.model import CdcMode, RefreshMode, Status, StorageLayout
+from airflow_trickle.names import qualify_name, quote_name
+from airflow_trickle.refresh import refresh_stream_table
+from airflow_trickle.schedule import parse_schedule
+from airflow_trickle.spark.delta import table_location, table_properties
+
+log = logging.getLogger(__name__)
+
+#: "Not given" for alter's keyword arguments (None is a meaningful schedule).
+UNSET = object()
+
+
+def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bool, options: dict) -> StreamTable:
+    """Validate, create the storage table, register it, and (``initialize``) populate it.
+
+    If a step after the storage table's creation fails, everything created is removed again, so
+    a failed create leaves no table and no catalog row.
+    """
+    from airflow_trickle.storage import drop_storage_table
+
+    env.sync()
+    definition = analyze(env.spark, name=name, query=query, schedule=schedule,
+                         refresh_mode=refresh_mode or env.config.default_refresh_mode,
+                         stream_tables={st.name: st.output_columns for st in env.catalog.list()},
+                         edges=[(d.source_name, d.st_name) for d in env.catalog.dependencies()])
+    st = stream_table_row(definition, options)
+    try:
+        install(env, st, definition, replace=False)
+        if initialize:
+            refresh_stream_table(env, st.name, initiated_by="INITIAL")
+    except BaseException:
+        forget(env, st.name)
+        drop_storage_table(env.spark, st.name)
+        raise
+    log.info("created stream table %s (%s, runs %s)", st.name, st.refresh_mode, st.effective_mode)
+    return env.get(st.name)
+
+
+def install(env, st: StreamTable, definition: Definition, *, replace: bool) -> None:
+    """Choose the storage layout, prepare the sources' change feeds, create (or replace) the
+    storage table and write the catalog rows: the step create and ALTER ... query share."""
+    from airflow_trickle.storage import create_storage_table
+
+    if st.effective_mode == RefreshMode.DIFFERENTIAL:
+        from airflow_trickle.dvm.apply import storage_layout
+
+        columns = {s.name: [c for c, _ in s.columns] for s in definition.sources.values()}
+        st.storage = storage_layout(env.spark, st.defining_query, columns, {})
+    st.storage.columns = list(definition.output_columns)
+    st.storage.blockers = list(definition.blockers)
+    st.storage.dup_type = "bigint"  # copy numbers per refresh: appends never read the table
+    cdc_modes = prepare_change_feeds(env, definition)
+    create_storage_table(env.spark, st.name, definition.output_columns, st.storage, replace=replace)
+    st.location = table_location(env.spark, st.name)
+    dependencies = [_dependency_row(definition, source, _location(env, source), cdc_modes[source.name])
+                    for source in definition.sources.values()]
+    if replace:
+        env.catalog.replace(st, dependencies)
+    else:
+        env.catalog.insert(st, dependencies)
+
+
+def prepare_change_feeds(env, definition: Definition) -> dict[str, CdcMode]:
+    """How each source's changes will be read; turns Change Data Feed on where allowed.
+
+    With ``cdc_mode = auto`` (default) or ``cdf``, a base table without CDF gets
+    ``delta.enableChangeDataFeed = true`` (its later changes are then read from the feed);
+    with ``snapshot``, changes are the difference of two versions.  Stream tables always
+    have CDF.
+    """
+    modes = {}
+    for source in definition.sources.values():
+        if source.kind == "STREAM_TABLE":
+            modes[source.name] = CdcMode.CDF
+            continue
+        if env.config.cdc_mode == CdcMode.SNAPSHOT or definition.effective_mode == RefreshMode.FULL:
+            modes[source.name] = CdcMode.SNAPSHOT
+            continue
+        if table_properties(env.spark, source.name).get("delta.enableChangeDataFeed", "false").lower() != "true":
+            log.info("turning on the change data feed of %s", source.name)
+            env.spark.sql(f"ALTER TABLE {quote_name(source.name)} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+        modes[source.name] = CdcMode.CDF
+    return modes
+
+
+def _location(env, source) -> str:
+    if source.kind == "STREAM_TABLE":
+        return env.get(source.name).location
+    return table_location(env.spark, source.name)
+
+
+def drop(env, name: str, *, if_exists: bool, cascade: bool) -> None:
+    """Drop the stream table, its storage and catalog rows.
+
+    Refuses while other stream tables read it, unless ``cascade`` (which drops them first).
+    """
+    from airflow_trickle.graph import build_graph, downstream_of, topological_order
+
+    qualified = qualify_name(name)
+    if env.catalog.get(qualified) is None:
+        if if_exists:
+            return
+        raise StreamTableNotFoundError("no such stream table", stream_table=qualified)
+    graph = build_graph([(d.source_name, d.st_name) for d in env.catalog.dependencies()])
+    dependents = sorted(downstream_of(graph, qualified))
+    if dependents and not cascade:
+        raise DefinitionError(f"other stream tables read it: {', '.join(dependents)}", stream_table=qualified,
+                              hint="drop them first or pass cascade=True")
+    for victim in [*reversed(topological_order(graph, dependents)), qualified]:
+        _drop_one(env, victim)
+
+
+def _drop_one(env, name: str) -> None:
+    from airflow_trickle.storage import drop_storage_table
+
+    forget(env, name)
+    drop_storage_table(env.spark, name)
+    log.info("dropped stream table %s", name)
+
+
+def forget(env, name: str) -> None:
+    """Remove ``name``'s catalog rows, if any."""
+    try:
+        env.catalog.delete(name)
+    except Exception:  # noqa: BLE001 - safe: a create that failed before registering has no rows
+        log.debug("no catalog rows to remove for %s", name, exc_info=True)
+
+
+def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, status=UNSET,
+          options: dict | None = None) -> StreamTable:
+    """Change the defining query, schedule, refresh mode, status (ACTIVE resumes and clears the
+    error count) or options.  Every value is checked before anything changes."""
+    qualified = qualify_name(name)
+    st = env.get(qualified)
+    if query is not UNSET:
+        st = replace_query(env, st, query, None if refresh_mode is UNSET else refresh_mode)
+        refresh_mode = UNSET
+    if schedule is not UNSET:
+        schedule = parse_schedule(schedule, stream_table=qualified).text
+    new_mode = effective = reason = None
+    if refresh_mode is not UNSET:
+        new_mode = RefreshMode.parse(refresh_mode, what="refresh mode", stream_table=qualified)
+        blockers = st.storage.blockers
+        if new_mode == RefreshMode.DIFFERENTIAL and blockers:
+            raise UnsupportedConstructError(f"cannot be maintained in DIFFERENTIAL mode: {blockers[0]}",
+                                            construct=blockers[0], stream_table=qualified)
+        effective, reason = mode_choice(new_mode, blockers)
+    if status is not UNSET:
+        status = Status.parse(status, what="status", stream_table=qualified)
+
+    def change(row: StreamTable) -> None:
+        if schedule is not UNSET:
+            row.schedule = schedule
+        if new_mode is not None:
+            row.refresh_mode, row.effective_mode, row.mode_reason = new_mode, effective, reason
+        if status is not UNSET:
+            row.status = status
+            if status == Status.ACTIVE:
+                row.consecutive_errors = 0
+        if options:
+            row.options = {**row.options, **options}
+
+    return env.catalog.update(qualified, change)
+
+
+def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None) -> StreamTable:
+    """Validate ``query`` like a create (nothing changes if it is refused), then rebuild the
+    storage and repopulate it.  The output columns may change only while nothing reads it."""
+    env.sync()
+    tables = env.catalog.list()
+    dependencies = env.catalog.dependencies()
+    definition = analyze(
+        env.spark, name=st.name, query=query, schedule=st.schedule, refresh_mode=refresh_mode or st.refresh_mode,
+        stream_tables={t.name: t.output_columns for t in tables},
+        edges=[(d.source_name, d.st_name) for d in dependencies if d.st_name != st.name],
+        replacing=st.name, allow_circular=env.config.allow_circular,
+        queries={t.name: t.defining_query for t in tables})
+    readers = sorted({d.st_name for d in dependencies if d.source_name == st.name})
+    stored = [(f.name, f.dataType.simpleString()) for f in env.read(st.name).schema.fields]
+    if readers and stored != definition.output_columns:
+        raise DefinitionError(
+            f"the new query changes the output columns ({stored} -> {definition.output_columns}) "
+            f"while {', '.join(readers)} read{'s' if len(readers) == 1 else ''} it", stream_table=st.name,
+            hint="keep the columns, or drop the readers first")
+    new = stream_table_row(definition, st.options)
+    new.st_id, new.refresh_seq, new.created_at = st.st_id, st.refresh_seq, st.created_at
+    install(env, new, definition, replace=True)
+    env.refresh_stream_table(st.name, initiated_by="ALTER")
+    return env.get(st.name)
+
+
+def stream_table_row(definition: Definition, options: dict) -> StreamTable:
+    return StreamTable(
+        name=definition.name,
+        st_id=uuid.uuid4().hex,
+        defining_query=definition.defining_query,
+        original_query=definition.original_query,
+        schedule=definition.schedule.text,
+        refresh_mode=definition.refresh_mode,
+        effective_mode=definition.effective_mode,
+        mode_reason=definition.mode_reason,
+        output_columns=[c for c, _ in definition.output_columns],
+        storage=StorageLayout(strategy=None, blockers=list(definition.blockers)),
+        options=dict(options or {}),
+    )
+
+
+def _dependency_row(definition: Definition, source, location: str, cdc_mode: CdcMode) -> Dependency:
+    return Dependency(st_name=definition.name, source_name=source.name, source_type=source.kind,
+                      source_location=location, columns_used=definition.columns_used.get(source.name),
+                      cdc_mode=cdc_mode, schema_fingerprint=source.fingerprint)

@@ -1,0 +1,254 @@
+"""Apply a decided refresh with Spark: compute the change and commit it with its frontier.
+
+The order of writes is what makes a refresh safe to kill at any point:
+
+1. the data MERGE (or append) commits atomically *with* the new frontier and refresh number in
+   its commit metadata, under an idempotent Delta transaction id ``(stream table id, refresh
+   number)``;
+2. only then is the catalog row updated (the engine appends the history row after that).
+
+A crash between 1 and 2 is repaired by the next refresh, which reads the frontier back from
+the storage table's newest refresh commit (``decide.recover_frontier``); a retried commit with
+the same refresh number is skipped by Delta.  Nothing is applied twice, nothing is lost.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from airflow_trickle.catalog import StreamTable
+from airflow_trickle.catalog.model import utcnow
+from airflow_trickle.deltalog import latest_version, recorded_refreshes
+from airflow_trickle.errors import RefreshError
+from airflow_trickle.model import Action, RefreshMode
+from airflow_trickle.names import quote_name
+from airflow_trickle.refresh.cost import full_is_cheaper
+from airflow_trickle.refresh.decide import change_estimate
+from airflow_trickle.refresh.failures import is_change_feed_unavailable, is_evaluation_error, short, with_retries
+from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
+from airflow_trickle.refresh.phases import PhaseClock
+from airflow_trickle.spark.delta import refresh_commit
+from airflow_trickle.sql.parse import DIALECT, parse_query
+from airflow_trickle.sql.rewrite import pin_sources
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Applied:
+    """What the commit did."""
+
+    action: Action
+    reason: str | None
+    rows_inserted: int
+    rows_deleted: int
+    seq: int
+    frontier: dict[str, int]
+    table_version: int
+    rows_estimated: int | None
+    rows_touched: int | None
+
+
+def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str,
+                  data_timestamp, clock: PhaseClock | None = None, newest: dict | None = None) -> Applied:
+    """Compute and commit the change for ``action``; then record the new state in the catalog.
+
+    ``newest`` is the record of the storage table's newest refresh commit: the fan-out it
+    observed feeds the cost model.  The action may change on the way: to REINITIALIZE when a
+    source's schema changed the output, to FULL when the cost model or the delta says so.
+    """
+    from airflow_trickle.dvm import differential_append, differential_merge
+
+    clock = clock or PhaseClock()
+    seq = st.refresh_seq + 1
+    reason = None
+    merge_sql = None
+    appending = False
+    if action != Action.REINITIALIZE:
+        with clock.phase("schema"):
+            changed = _source_schema_change(env, st)
+        if changed:
+            env.catalog.update(st.name, lambda row: setattr(row, "needs_reinit", True))
+            action, reason = Action.REINITIALIZE, changed
+    with clock.phase("versions"):
+        estimate = change_estimate(env.catalog, st, current, newest)
+    if action == Action.DIFFERENTIAL:
+        too_costly = estimate and full_is_cheaper(
+            estimate, max_change_ratio=float(st.options.get("differential_max_change_ratio",
+                                                            env.config.differential_max_change_ratio)),
+            max_touched_ratio=float(st.options.get("differential_max_touched_ratio",
+                                                   env.config.differential_max_touched_ratio)))
+        if too_costly and _is_strict(st):
+            raise RefreshError(f"DIFFERENTIAL refused by the cost model: {too_costly}", stream_table=st.name,
+                               hint="the stream table is strict (options: strict); refresh it FULL, or drop the "
+                                    "option to let the cost model fall back to FULL")
+        with clock.phase("plan"):
+            append_sql = None if too_costly else differential_append(env, st, current)
+            appending = append_sql is not None
+            merge_sql, fallback = ((append_sql, None) if appending else
+                                   (None, too_costly) if too_costly else differential_merge(env, st, current))
+        if merge_sql is None:
+            if _is_strict(st):
+                raise RefreshError(f"DIFFERENTIAL impossible: {fallback}", stream_table=st.name,
+                                   hint="the stream table is strict (options: strict); refresh it FULL")
+            action, reason = Action.FULL, fallback
+            log.info("%s: FULL instead of DIFFERENTIAL: %s", st.name, fallback)
+    if action == Action.REINITIALIZE:
+        _reinitialize_storage(env, st)
+    metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
+                "data_timestamp": data_timestamp.isoformat()}
+    if estimate is not None:
+        metadata["changed_rows"] = estimate.changed_rows
+
+    def commit(sql: str):
+        with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
+            return env.spark.sql(sql).first()
+
+    version_before = latest_version(st.location) if appending else None
+    try:
+        with clock.phase("commit"):
+            metrics = with_retries(env.config, lambda: commit(merge_sql or full_refresh_sql(env, st, current)))
+            if appending:  # an INSERT returns no metrics: read them from its commit
+                metrics = _append_metrics(st, version_before)
+    except Exception as err:  # noqa: BLE001 - only an unreadable change feed or a change-row error is recovered
+        evaluation = is_evaluation_error(err)
+        if merge_sql is None or not (evaluation or is_change_feed_unavailable(err)):
+            raise
+        if evaluation:
+            # Spark may evaluate an expression on change rows that cancel out (or on rows the
+            # plan filters later); the FULL recompute evaluates only the current rows.
+            action, reason = Action.FULL, f"the delta failed to evaluate ({short(err)[:200]}); recomputed"
+        else:
+            action, reason = Action.FULL, f"change feed unavailable ({short(err)[:200]}); recomputed"
+        log.warning("%s: %s", st.name, reason)
+        metadata["action"] = action
+        with clock.phase("commit"):
+            metrics = with_retries(env.config, lambda: commit(full_refresh_sql(env, st, current)))
+    touched = None
+    if metrics is None:  # Delta skipped the commit: this (table, refresh number) already landed
+        inserted = deleted = 0
+        reason = "this refresh's commit had already landed; skipped by its transaction id"
+    else:
+        updated = int(metrics["num_updated_rows"] or 0)
+        inserted = int(metrics["num_inserted_rows"] or 0) + updated
+        deleted = int(metrics["num_deleted_rows"] or 0) + updated
+        touched = inserted + deleted - updated
+    with clock.phase("record"):
+        table_version = latest_version(st.location)
+        if action == Action.REINITIALIZE:
+            _remember_source_schemas(env, st)
+
+        def record(row: StreamTable) -> None:
+            row.frontier, row.refresh_seq, row.is_populated, row.needs_reinit = current, seq, True, False
+            row.consecutive_errors = 0
+            mark_fresh(row, data_timestamp)
+
+        env.catalog.update(st.name, record)
+    return Applied(action=action, reason=reason, rows_inserted=inserted, rows_deleted=deleted, seq=seq,
+                   frontier=current, table_version=table_version,
+                   rows_estimated=(estimate.touched_rows if estimate and st.effective_mode == RefreshMode.DIFFERENTIAL
+                                   else None),
+                   rows_touched=touched)
+
+
+def mark_fresh(row: StreamTable, data_timestamp) -> None:
+    row.data_timestamp = data_timestamp
+    row.last_refresh_at = utcnow()
+
+
+def _source_schema_change(env, st: StreamTable) -> str | None:
+    """Why ``st`` must be reinitialized because a source's schema changed, or None.
+
+    A changed schema that leaves the query's output as it was (an unused column added, say) is
+    remembered and ignored; one that changes the output's columns or types needs REINITIALIZE;
+    one that removes a column the query uses cannot be refreshed at all.
+    """
+    from airflow_trickle.definition import _visible_columns, schema_fingerprint
+
+    changed = []
+    for dep in env.catalog.dependencies(st.name):
+        columns = _visible_columns(env.spark, dep.source_name)
+        fingerprint = schema_fingerprint(columns)
+        if dep.schema_fingerprint in (None, fingerprint):
+            continue
+        names = {c for c, _ in columns}
+        missing = [c for c in (dep.columns_used or []) if c not in names]
+        if missing:
+            env.catalog.update(st.name, lambda row: setattr(row, "needs_reinit", True))
+            raise RefreshError(f"source '{dep.source_name}' no longer has column(s) {', '.join(missing)} that the "
+                               "defining query uses", stream_table=st.name,
+                               hint="restore the column, or drop and recreate the stream table")
+        changed.append((dep, fingerprint))
+    if not changed:
+        return None
+    output = [(f.name, f.dataType.simpleString()) for f in env.spark.sql(pinned_query_sql(env, st, {})).schema.fields]
+    stored = _stored_output(env, st)
+    names = ", ".join(dep.source_name for dep, _ in changed)
+    if output != stored:
+        return f"source schema changed ({names}); the output columns change: {stored} -> {output}"
+    for dep, fingerprint in changed:
+        env.catalog.set_schema_fingerprint(st.name, dep.source_name, fingerprint)
+    return None
+
+
+def _stored_output(env, st: StreamTable) -> list[tuple[str, str]]:
+    """The storage table's visible columns and their types, as stored."""
+    return [(f.name, f.dataType.simpleString()) for f in env.spark.table(quote_name(st.name)).schema.fields
+            if f.name in st.output_columns]
+
+
+def _remember_source_schemas(env, st: StreamTable) -> None:
+    from airflow_trickle.definition import _visible_columns, schema_fingerprint
+
+    for dep in env.catalog.dependencies(st.name):
+        env.catalog.set_schema_fingerprint(st.name, dep.source_name,
+                                           schema_fingerprint(_visible_columns(env.spark, dep.source_name)))
+
+
+def full_refresh_sql(env, st: StreamTable, current: dict[str, int]) -> str:
+    """The MERGE of a FULL refresh: recompute at ``current``, apply only the difference."""
+    from airflow_trickle.dvm import full_source
+
+    source = full_source(env, st, current)
+    if source is None:
+        source = numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns)
+    return full_merge_sql(st.name, source, st.output_columns + st.storage.state_names())
+
+
+def _append_metrics(st: StreamTable, version_before: int) -> dict | None:
+    """MERGE-shaped metrics of the append just run, or None when Delta skipped it (its
+    transaction id had landed already)."""
+    if latest_version(st.location) == version_before:
+        return None
+    newest = recorded_refreshes(st.location, limit=1)
+    inserted = int((newest[0]["metrics"] if newest else {}).get("numOutputRows") or 0)
+    return {"num_inserted_rows": inserted, "num_updated_rows": 0, "num_deleted_rows": 0}
+
+
+def _is_strict(st: StreamTable) -> bool:
+    return str(st.options.get("strict", "")).lower() in ("1", "true", "yes", "on")
+
+
+def pinned_query_sql(env, st: StreamTable, versions: dict[str, int]) -> str:
+    """The defining query reading each source at ``versions``, hidden columns of upstreams removed."""
+    hidden = {}
+    for dep in env.catalog.dependencies(st.name):
+        if dep.source_type == "STREAM_TABLE":
+            upstream = env.catalog.get(dep.source_name)
+            if upstream is not None:
+                hidden[dep.source_name] = upstream.output_columns
+    return pin_sources(parse_query(st.defining_query, stream_table=st.name), versions, hidden).sql(DIALECT)
+
+
+def _reinitialize_storage(env, st: StreamTable) -> None:
+    """Replace the storage table when the output columns changed (the FULL commit refills it)."""
+    from airflow_trickle.storage import create_storage_table
+
+    schema = env.spark.sql(pinned_query_sql(env, st, {})).schema
+    columns = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+    if columns != _stored_output(env, st):
+        log.info("%s: output columns changed; replacing its storage table", st.name)
+        create_storage_table(env.spark, st.name, columns, st.storage, replace=True)
+        names = [c for c, _ in columns]
+        env.catalog.update(st.name, lambda row: setattr(row, "output_columns", names))
+        st.output_columns = names

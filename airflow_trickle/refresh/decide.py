@@ -1,0 +1,164 @@
+"""Decide what a refresh does, from the catalog and the Delta logs alone -- no Spark.
+
+Everything here reads the catalog (delta-rs) and the sources' transaction logs, so an Airflow
+task calls it directly to finish the cheap outcomes -- ``NO_DATA``, ``SKIP`` of a suspended
+table -- in milliseconds, without a Spark job (``engine.refresh_without_spark``).
+
+* :func:`load` reads the stream table and repairs its frontier from its storage table's newest
+  refresh commit when a crash left the catalog behind (:func:`recover_frontier`);
+* :func:`decide` reads the sources' versions and chooses the action (:func:`choose_action`);
+* :func:`change_estimate` sizes the window for the cost model.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from airflow_trickle.catalog import StreamTable
+from airflow_trickle.deltalog import changed_rows, latest_version, only_empty_commits, recorded_refreshes, row_count
+from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
+from airflow_trickle.model import Action, RefreshMode, RunMode, Status
+from airflow_trickle.refresh.cost import ChangeEstimate, observed_fanout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Loaded:
+    """A stream table as a refresh starts from it."""
+
+    st: StreamTable
+    #: What :func:`recover_frontier` repaired, or None.
+    recovered: str | None
+    #: The storage table's newest refresh commit record (its fan-out feeds the cost model).
+    newest: dict | None
+
+
+@dataclass
+class Decision:
+    """The action of a refresh, why, and the source versions it refreshes to."""
+
+    action: Action
+    reason: str | None
+    current: dict[str, int]
+
+    @property
+    def needs_spark(self) -> bool:
+        return self.action not in (Action.NO_DATA, Action.SKIP)
+
+
+def load(catalog, name: str) -> Loaded:
+    st = catalog.get(name)
+    if st is None:
+        raise StreamTableNotFoundError("no such stream table", stream_table=name)
+    return recover_frontier(catalog, st)
+
+
+def decide(catalog, loaded: Loaded, requested: RunMode | None) -> Decision:
+    """The action for ``loaded`` (SKIP when it is not ACTIVE); raises RefreshError when the
+    requested mode is impossible."""
+    st = loaded.st
+    if st.status != Status.ACTIVE:
+        return Decision(Action.SKIP, f"status is {st.status}; alter_stream_table(status='ACTIVE') resumes it",
+                        dict(st.frontier))
+    current = source_versions(catalog, st.name)
+    action, reason = choose_action(st, current, requested)
+    if action == Action.DIFFERENTIAL and requested is None and _only_empty_commits(catalog, st, current):
+        action, reason = Action.NO_DATA, "the new source versions changed no rows"
+    if loaded.recovered:
+        reason = f"{reason}; {loaded.recovered}" if reason else loaded.recovered
+    log.info("%s: %s%s", st.name, action, f" ({reason})" if reason else "")
+    return Decision(action, reason, current)
+
+
+def source_versions(catalog, name: str) -> dict[str, int]:
+    """The version of every source of ``name`` a refresh reads now.
+
+    A base table is read at its newest version.  An upstream stream table is read at the
+    version its latest refresh committed (delayed view semantics, seed 002 §6): never at an
+    intermediate commit such as the empty table a REINITIALIZE replaces its storage with.
+    """
+    versions = {}
+    for dep in catalog.dependencies(name):
+        version = None
+        if dep.source_type == "STREAM_TABLE":
+            version = next((r["version"] for r in recorded_refreshes(dep.source_location, limit=5)), None)
+        versions[dep.source_name] = latest_version(dep.source_location) if version is None else version
+    return versions
+
+
+def _only_empty_commits(catalog, st: StreamTable, current: dict[str, int]) -> bool:
+    locations = {dep.source_name: dep.source_location for dep in catalog.dependencies(st.name)}
+    try:
+        return all(only_empty_commits(locations[source], st.frontier[source], version)
+                   for source, version in current.items() if version != st.frontier.get(source))
+    except Exception:  # noqa: BLE001 - safe: "unknown" means the change feed is read
+        log.debug("%s: could not tell whether the new commits are empty", st.name, exc_info=True)
+        return False
+
+
+def choose_action(st: StreamTable, current: dict[str, int], requested: RunMode | None) -> tuple[Action, str | None]:
+    """The refresh action and why (seed 002 §7), before any data is read.
+
+    >>> from airflow_trickle.catalog import StreamTable
+    >>> st = StreamTable("s.t", "id", "q", "q", None, "AUTO", "DIFFERENTIAL", is_populated=True, frontier={"s.a": 3})
+    >>> choose_action(st, {"s.a": 3}, None)
+    (<Action.NO_DATA: 'NO_DATA'>, 'no source has a new version')
+    >>> choose_action(st, {"s.a": 4}, None)
+    (<Action.DIFFERENTIAL: 'DIFFERENTIAL'>, None)
+    """
+    if st.needs_reinit or requested == RunMode.REINITIALIZE:
+        return Action.REINITIALIZE, "requested" if requested == RunMode.REINITIALIZE else "a source changed its schema"
+    if not st.is_populated:
+        return Action.FULL, "initial population"
+    if requested is None and current == st.frontier:
+        return Action.NO_DATA, "no source has a new version"
+    if requested == RunMode.FULL:
+        return Action.FULL, "requested"
+    if st.effective_mode == RefreshMode.FULL:
+        if requested == RunMode.DIFFERENTIAL:
+            raise RefreshError(f"cannot refresh DIFFERENTIAL: {st.mode_reason}", stream_table=st.name)
+        return Action.FULL, st.mode_reason
+    return Action.DIFFERENTIAL, None
+
+
+def change_estimate(catalog, st: StreamTable, current: dict[str, int], newest: dict | None) -> ChangeEstimate | None:
+    """The change of the window ``st.frontier -> current`` as the cost model sees it (Delta logs
+    only: the sources' commit metrics and file statistics), or None when the logs cannot say."""
+    changed = total = 0
+    try:
+        for dep in catalog.dependencies(st.name):
+            old, new = st.frontier.get(dep.source_name), current.get(dep.source_name)
+            total += row_count(dep.source_location)
+            if old is not None and new is not None and new > old:
+                changed += changed_rows(dep.source_location, old, new)
+        stored = row_count(st.location) if st.location else 0
+    except Exception:  # noqa: BLE001 - safe: without an estimate the delta runs (no FULL fallback)
+        log.debug("%s: no change estimate", st.name, exc_info=True)
+        return None
+    return ChangeEstimate(changed_rows=changed, source_rows=total, stored_rows=stored, fanout=observed_fanout(newest))
+
+
+def recover_frontier(catalog, st: StreamTable) -> Loaded:
+    """Bring the catalog up to the newest refresh committed in the storage table.
+
+    A refresh killed after its data commit but before its catalog update left the catalog one
+    refresh behind; the frontier in the data commit is the truth.
+    """
+    records = [r for r in recorded_refreshes(st.location) if isinstance(r.get("seq"), int)]
+    # the newest commit decides: after a group rollback, a RESTORE commit (carrying the restored
+    # frontier under a higher number) supersedes the refresh it undid
+    newest = max(records, key=lambda r: r["version"], default=None)
+    if newest is None or newest["seq"] <= st.refresh_seq:
+        return Loaded(st, None, newest)
+
+    def repair(row: StreamTable) -> None:
+        row.frontier = {k: int(v) for k, v in newest["frontier"].items()}
+        row.refresh_seq = newest["seq"]
+        row.is_populated = True
+        row.needs_reinit = False
+
+    repaired = catalog.update(st.name, repair)
+    recovered = f"recovered frontier of refresh {newest['seq']} from storage commit {newest['version']}"
+    log.warning("%s: %s", st.name, recovered)
+    return Loaded(repaired, recovered, newest)

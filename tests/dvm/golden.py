@@ -1,0 +1,107 @@
+"""Golden SQL cases of the DVM compiler: a defining query in, the SQL a refresh runs out.
+
+A fixture file holds cases in the style of sqlglot's optimizer fixtures::
+
+    -- case: filter over one scan
+    -- sources: s.o(id, cid, amount)
+    -- changed: s.o
+    -- output: delta            (delta | merge | append | full)
+    SELECT id FROM s.o WHERE amount > 2;
+    <the expected SQL, pretty-printed>;
+
+Sources are at version 3 before the window and, when changed, 5 after it.  The expected SQL is
+compared after both sides are pretty-printed by sqlglot (Spark dialect), so it must also parse.
+``TRICKLE_UPDATE_GOLDEN=1`` rewrites the file with the SQL the compiler produces now: review
+the diff like code.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import sqlglot
+
+from airflow_trickle.dvm.apply import choose_layout, differential_merge_sql, full_source_sql
+from airflow_trickle.dvm.bag import bag_append_sql
+from airflow_trickle.dvm.base import Versions
+from airflow_trickle.dvm.planner import plan
+from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
+
+OUTPUTS = ("delta", "merge", "append", "full")
+_SOURCE = re.compile(r"\s*([\w.]+)\(([^)]*)\)\s*")
+
+
+@dataclass
+class Case:
+    name: str
+    sources: dict[str, list[str]]
+    changed: list[str]
+    output: str
+    query: str
+    expected: str
+    #: The Spark type the layout probe reports for SUM state (``double`` makes sums inexact).
+    sum_type: str = "bigint"
+    headers: list[str] = field(default_factory=list)
+
+
+def pretty(sql: str) -> str:
+    return sqlglot.transpile(sql, read="spark", write="spark", pretty=True)[0]
+
+
+def load(path: Path) -> list[Case]:
+    cases = []
+    for chunk in re.split(r"(?m)^(?=-- case:)", path.read_text()):
+        if not chunk.strip().startswith("-- case:"):
+            continue
+        lines = chunk.strip().splitlines()
+        headers = [line for line in lines if line.startswith("-- ")]
+        meta = dict(line[3:].split(":", 1) for line in headers)
+        body = "\n".join(line for line in lines if not line.startswith("-- "))
+        query, expected = (part.strip() for part in body.split(";\n", 1))
+        sources = {m.group(1): [c.strip() for c in m.group(2).split(",")]
+                   for m in _SOURCE.finditer(meta["sources"]) if m.group(1)}
+        cases.append(Case(name=meta["case"].strip(), sources=sources,
+                          changed=[c.strip() for c in meta.get("changed", "").split(",") if c.strip()],
+                          output=meta.get("output", "delta").strip(), query=query,
+                          expected=expected.rstrip(";").strip(), sum_type=meta.get("sum", "bigint").strip(),
+                          headers=headers))
+    return cases
+
+
+def compile_case(case: Case) -> str:
+    """The SQL the compiler produces for ``case``."""
+    old = {name: 3 for name in case.sources}
+    new = {name: 5 if name in case.changed else 3 for name in case.sources}
+    versions = Versions(old=old, new=new, columns=case.sources, use_cdf={n: True for n in case.sources},
+                        consolidate=False)
+    node = plan(case.query, case.sources)
+    if case.output == "delta":
+        return node.delta_sql(versions)
+
+    def types_of(sql: str) -> dict[str, str]:
+        names = [e.alias_or_name for e in sqlglot.parse_one(sql, read="spark").expressions]
+        return {n: case.sum_type if n.startswith("__trickle_s") else "bigint" for n in names}
+
+    layout = choose_layout(node, Versions(old=new, new=new, columns=case.sources), types_of)
+    layout.columns = [(c, "bigint") for c in node.columns]
+    st = SimpleNamespace(name="s.st", defining_query=case.query, output_columns=list(node.columns), storage=layout,
+                         refresh_seq=6, frontier=old)
+    if case.output == "merge":
+        return differential_merge_sql(st, versions, case.sources)
+    if case.output == "append":
+        return bag_append_sql(st.name, st.output_columns, node.delta_sql(versions), seq=7)
+    if case.output == "full":
+        at_new = Versions(old=new, new=new, columns=case.sources)
+        source = (full_source_sql(st, at_new, case.sources) if layout.is_keyed
+                  else numbered_rows_sql(node.state_sql(at_new, "new"), st.output_columns))
+        return full_merge_sql(st.name, source, st.output_columns + layout.state_names())
+    raise ValueError(f"{case.name}: unknown output {case.output!r}; use one of {OUTPUTS}")
+
+
+def dump(cases: list[Case], produced: dict[str, str]) -> str:
+    parts = []
+    for case in cases:
+        parts.append("\n".join(case.headers) + "\n" + case.query.strip() + ";\n" + pretty(produced[case.name]) + ";\n")
+    return "\n".join(parts)

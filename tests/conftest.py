@@ -40,12 +40,21 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "jvm: needs Spark (set on collection; -m 'not jvm' runs the rest in seconds)")
 
 
+#: Seconds each long Spark module took on 2 cores (run-tests.sh, November 2026).  Test processes
+#: take whole files (``--dist loadfile``) in collection order, so the longest go first: a long
+#: file started last would leave the other process idle at the end.
+LONG_MODULES = {"test_cascade.py": 550, "test_dvm_oracle.py": 550, "test_dvm_oracle_joins.py": 490,
+                "test_differential.py": 450, "test_lifecycle.py": 350, "test_service.py": 330,
+                "test_airflow_example.py": 300}
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark every test that needs a JVM ``jvm``, and run the JVM-free ones first: they fail fast."""
+    """Mark every test that needs a JVM ``jvm``; run the JVM-free ones first (they fail fast),
+    then the Spark modules longest first."""
     for item in items:
         if "spark_mode" in getattr(item, "fixturenames", ()) or item.path.name in JVM_MODULES:
             item.add_marker(pytest.mark.jvm)
-    items.sort(key=lambda item: item.get_closest_marker("jvm") is not None)
+    items.sort(key=lambda item: (item.get_closest_marker("jvm") is not None, -LONG_MODULES.get(item.path.name, 0)))
 
 
 def marked_modes() -> list[str]:

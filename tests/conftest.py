@@ -27,11 +27,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 SPARK_MODES = ("classic", "connect")
 # Test tables are tiny, so any change is a large share of them: the cost model's change-ratio
 # and touched-rows rules would turn every refresh FULL.  Tests of those rules set them per table.
-# Adaptive query execution re-plans a query after each stage; on tables of a few rows it only adds
-# Spark jobs (a self-join refresh ran 32 jobs with it, 17 without) and CPU, never other results.
-TEST_SPARK_CONF = {"spark.sql.adaptive.enabled": "false"}
-TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,
-                 "spark_conf": TEST_SPARK_CONF}
+TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9}
 
 
 #: Modules that start Spark themselves (a subprocess, a service) rather than through the fixtures.
@@ -99,7 +95,7 @@ class Sparks:
             if mode == "connect":
                 from airflow_trickle.spark.service import start_detached
 
-                service = start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2, "spark_conf": TEST_SPARK_CONF})
+                service = start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
                 trickle = Trickle(warehouse=warehouse, remote=service.address, **TEST_SETTINGS)
             else:
                 trickle = Trickle(warehouse=warehouse, spark_master="local[2]", **TEST_SETTINGS)

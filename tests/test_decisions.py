@@ -83,6 +83,17 @@ def test_errors_are_classified_by_condition_not_by_words_in_the_message():
     assert not is_retryable(RuntimeError("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException"))
 
 
+def test_a_jvm_error_wrapped_in_another_is_classified_by_its_cause():
+    # a failed broadcast on a classic session: pyspark cannot convert the wrapper, the condition
+    # is in the JVM's rendering of the cause
+    wrapped = Exception("An error occurred while calling o48.sql.\n: java.util.concurrent.ExecutionException: "
+                        "org.apache.spark.SparkArithmeticException: [DIVIDE_BY_ZERO] Division by zero. SQLSTATE: 22012")
+    assert is_evaluation_error(wrapped) and not is_retryable(wrapped)
+    conflict = Exception("java.util.concurrent.ExecutionException: io.delta.exceptions.ConcurrentAppendException: "
+                         "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Files were added to the root of the table")
+    assert is_retryable(conflict)
+
+
 def test_a_cause_carries_its_condition_to_the_wrapper():
     try:
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 import uuid
 
@@ -45,8 +46,19 @@ CHANGE_FEED_CONDITIONS = ("DELTA_MISSING_CHANGE_DATA", "DELTA_CHANGE_DATA_", "DE
                           "DELTA_VERSION_NOT_FOUND", "DELTA_TRUNCATED_TRANSACTION_LOG", "DELTA_LOG_FILE_NOT_FOUND")
 
 
+#: How a JVM error names its condition when it is printed: ``<exception class>: [CONDITION] message``.
+_JVM_HEADER = re.compile(r"[A-Za-z0-9_$]+(?:Exception|Error): \[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
+
+
 def conditions(err: BaseException) -> list[str]:
-    """The Spark error conditions of ``err`` and its causes (outermost first)."""
+    """The Spark error conditions of ``err`` and its causes (outermost first).
+
+    pyspark gives the condition of the error it converted (``getCondition()``).  A JVM error
+    that reaches Python wrapped in another -- a failed broadcast arrives on a classic session
+    as ``java.util.concurrent.ExecutionException`` around, say, a ``SparkArithmeticException``
+    -- is not converted; its causes' conditions are read from the JVM's own rendering of them,
+    ``<exception class>: [CONDITION] ...`` (only that header counts, not words elsewhere).
+    """
     found = []
     seen = set()
     while err is not None and id(err) not in seen:
@@ -59,6 +71,7 @@ def conditions(err: BaseException) -> list[str]:
                 condition = None
             if condition:
                 found.append(str(condition))
+        found += [c for c in _JVM_HEADER.findall(str(err)[:20000]) if c not in found]
         err = err.__cause__ or getattr(err, "_cause", None)
     return found
 

@@ -23,11 +23,15 @@ def assert_matches(tr, name, query):
 
 
 @pytest.mark.parametrize("query,construct", [
-    ("SELECT o.id, c.region FROM {db}.o o LEFT JOIN {db}.c c ON o.cid = c.id", "LEFT JOIN"),
-    ("SELECT id, row_number() OVER (PARTITION BY cid ORDER BY id) AS rn FROM {db}.o", "window function"),
-    ("SELECT cid FROM {db}.o INTERSECT SELECT id FROM {db}.c", "INTERSECT"),
-    ("SELECT cid FROM {db}.o EXCEPT SELECT id FROM {db}.c", "EXCEPT"),
-    ("SELECT id FROM {db}.o WHERE cid IN (SELECT id FROM {db}.c)", "subquery in WHERE"),
+    ("SELECT o.id, c.region FROM {db}.o o LEFT JOIN {db}.c c ON o.cid > c.id", "LEFT JOIN without an equality"),
+    ("SELECT o.id, c.region FROM {db}.o o JOIN {db}.o o2 ON o.id = o2.id RIGHT JOIN {db}.c c ON o.cid = c.id",
+     "RIGHT JOIN after another join"),
+    ("SELECT cid, COUNT(*) AS n, rank() OVER (ORDER BY COUNT(*)) AS r FROM {db}.o GROUP BY cid",
+     "window function over an aggregate"),
+    ("SELECT cid FROM {db}.o INTERSECT ALL SELECT id FROM {db}.c", "INTERSECT ALL"),
+    ("SELECT cid FROM {db}.o EXCEPT ALL SELECT id FROM {db}.c", "EXCEPT ALL"),
+    ("SELECT id FROM {db}.o WHERE cid NOT IN (SELECT id FROM {db}.c)", "IN subquery"),
+    ("SELECT o.id, (SELECT c.region FROM {db}.c c WHERE c.id = o.cid) AS r FROM {db}.o o", "without a single aggregate"),
     ("SELECT id FROM {db}.o ORDER BY id LIMIT 5", "LIMIT"),
     ("SELECT id, uuid() AS u FROM {db}.o", "uuid()"),
     ("SELECT id, (SELECT max(id) FROM {db}.c) AS m FROM {db}.o", "scalar subquery"),
@@ -45,12 +49,12 @@ def test_differential_rejects_what_it_cannot_maintain_at_create_time(tr, db, que
 def test_auto_takes_full_and_says_why(tr, db):
     make_sources(tr, db)
     name = f"{db}.auto"
-    query = f"SELECT o.id, c.region FROM {db}.o o LEFT JOIN {db}.c c ON o.cid = c.id"
+    query = f"SELECT cid FROM {db}.o INTERSECT ALL SELECT id FROM {db}.c"
     st = tr.create_stream_table(name, query, refresh_mode="AUTO")
-    assert st.effective_mode == "FULL" and "LEFT JOIN" in st.mode_reason
+    assert st.effective_mode == "FULL" and "INTERSECT ALL" in st.mode_reason
     tr.sql(f"INSERT INTO {db}.o VALUES (100, 3, 1)")
     result = tr.refresh_stream_table(name)
-    assert result.action == "FULL" and "LEFT JOIN" in result.reason
+    assert result.action == "FULL" and "INTERSECT ALL" in result.reason
     assert_matches(tr, name, query)
     assert tr.create_stream_table(f"{db}.auto_ok", f"SELECT id FROM {db}.o", refresh_mode="AUTO").effective_mode == "DIFFERENTIAL"
 

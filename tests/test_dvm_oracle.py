@@ -70,3 +70,17 @@ def test_explain_shows_tree_strategy_and_delta_sql(tr, db):
         assert word in text, text
     assert "table_changes" in explanation["delta_sql"].lower()
     assert load.queries
+
+
+
+def test_subqueries_exists_not_exists_scalar_and_a_window(tr, db):
+    """Subqueries (rewritten into outer joins and aggregates) and a window function, end to end."""
+    tables = ["o", "c"]
+    load = workload(tr, db, tables, {
+        "exists": "SELECT o.id FROM {db}.o o WHERE EXISTS (SELECT 1 FROM {db}.c c WHERE c.id = o.cid "
+                  "AND c.region IS NOT NULL) OR o.amount > 8",
+        "not_exists": "SELECT c.id, c.region FROM {db}.c c WHERE NOT EXISTS (SELECT 1 FROM {db}.o o WHERE o.cid = c.id)",
+        "scalar_count": "SELECT c.id, (SELECT COUNT(*) FROM {db}.o o WHERE o.cid = c.id) AS n FROM {db}.c c",
+        "ranked": "SELECT id, cid, RANK() OVER (PARTITION BY cid ORDER BY amount) AS r FROM {db}.o",
+    })
+    drive(load, tables)

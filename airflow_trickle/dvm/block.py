@@ -7,6 +7,19 @@ writes it: Project/Aggregate over Filter over Join over its inputs.  Its rules:
 * Project    Δπ(R) = π(ΔR)          (multiplicities carried, no DISTINCT)
 * Join       Δ(R1 ⋈ … ⋈ Rn) = Σi R1,new ⋈ … ⋈ Ri−1,new ⋈ ΔRi ⋈ Ri+1,old ⋈ … ⋈ Rn,old
              (for two inputs: ΔA ⋈ B_old + A_new ⋈ ΔB, which includes ΔA ⋈ ΔB)
+* Outer join The same telescoping sum holds for any chain; a term is ``… ΔRi …`` where the chain
+             is linear in Ri.  Inner joins are linear in both inputs, and LEFT [OUTER|SEMI|ANTI]
+             joins in their left (preserved) input, so only a null-supplying side and both sides
+             of a FULL join are not.  For such an Ri, with K the join-key values of ΔRi:
+               term_i = chain(…, Ri,new|K, …)|K − chain(…, Ri,old|K, …)|K
+             Rows whose join key is outside K have the same partners before and after, so they
+             cancel and are never computed: K restricts Ri's scan, the other side's rows (a
+             LEFT SEMI JOIN on the key) and, for FULL, both inputs.  NULL keys are compared
+             NULL-safely here, so a FULL join's NULL-keyed rows (always padded) follow too.
+* Window     a window function sees only its partition: K = the PARTITION BY values of Δinput
+             (common to every window of the SELECT);  Δ = −ω(old input | K) + ω(new input | K),
+             the partitions of changed rows recomputed before and after.  With no common
+             PARTITION BY the whole input is one partition, recomputed before and after.
 * Aggregate  affected groups K = groups of Δinput;  Δγ = −γ(old input | K) + γ(new input | K);
              at the top of a stream table the appliers do better (``algebraic.py``, ``recompute.py``)
 
@@ -17,12 +30,38 @@ for the item's old state, new state or delta.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from sqlglot import exp
 
 from airflow_trickle.dvm.base import ITEM, W, Node, Versions, group_hash, parse_sql, union_all
 from airflow_trickle.model import ROW_ID
 from airflow_trickle.sql.parse import DIALECT
+
+
+class JoinKind(StrEnum):
+    """How FROM item *i* joins the items before it (the first item is ``INNER``)."""
+
+    INNER = "inner"  # also CROSS and comma joins: linear in both inputs
+    LEFT = "left"    # LEFT [OUTER], LEFT SEMI, LEFT ANTI: linear in the left input only
+    FULL = "full"    # FULL [OUTER], second item only: linear in neither input
+
+
+@dataclass
+class JoinStep:
+    """FROM item *i*'s join: its kind and the ON clause's equalities between the two sides.
+
+    ``outer_keys`` are expressions over the items before *i*, ``item_keys`` over item *i*; they
+    pair up (``outer_keys[k] = item_keys[k]``).
+    """
+
+    kind: JoinKind = JoinKind.INNER
+    outer_keys: list[exp.Expression] = field(default_factory=list)
+    item_keys: list[exp.Expression] = field(default_factory=list)
+
+
+#: The key set of a restricted term and its columns.
+KEYS, KEY = "__trickle_keys", "__trickle_k{}"
 
 
 @dataclass
@@ -40,6 +79,20 @@ class Block(Node):
     columns: list[str]
     group: list[exp.Expression] | None = None  # None: no aggregation
     aggregates: list[exp.AggFunc] = field(default_factory=list)
+    #: One per item (the first item's is INNER); empty means all INNER.
+    steps: list[JoinStep] = field(default_factory=list)
+    #: Window functions in the SELECT list: the PARTITION BY expressions all of them share
+    #: (empty: one partition); None: no window functions.
+    window_keys: list[exp.Expression] | None = None
+
+    def step(self, i: int) -> JoinStep:
+        return self.steps[i] if i < len(self.steps) else JoinStep()
+
+    def is_linear_in(self, i: int) -> bool:
+        """Whether the join chain is linear in item *i* (its delta can stand in for it)."""
+        if self.step(i).kind is JoinKind.LEFT:
+            return False
+        return not (i <= 1 and self.step(1).kind is JoinKind.FULL)
 
     @property
     def is_aggregate(self) -> bool:
@@ -77,16 +130,44 @@ class Block(Node):
         for i, (alias, node) in enumerate(self.items):
             if not node.changed(v):
                 continue
-            parts = [other.state(v, "new" if j < i else "old") for j, (_, other) in enumerate(self.items[:i])]
-            parts.append(node.delta(v))
-            parts += [other.state(v, "old") for _, other in self.items[i + 1:]]
-            term = select.copy()
-            term.append("expressions", exp.column(W, table=alias, quoted=True).as_(W))
-            terms.append(self.render(term, parts))
+            before = [other.state(v, "new") for _, other in self.items[:i]]
+            after = [other.state(v, "old") for _, other in self.items[i + 1:]]
+            if self.is_linear_in(i):
+                term = select.copy()
+                term.append("expressions", exp.column(W, table=alias, quoted=True).as_(W))
+                terms.append(self.render(term, before + [node.delta(v)] + after))
+            else:
+                terms += self._restricted_terms(v, i, select, before, after)
         if not terms:
             names = ", ".join(f"CAST(NULL AS STRING) AS `{e.alias_or_name}`" for e in expressions)
             return parse_sql(f"SELECT {names}, CAST(0 AS BIGINT) AS {W} WHERE false")
         return union_all(terms)
+
+    def _restricted_terms(self, v: Versions, i: int, select: exp.Select,
+                          before: list[exp.Query], after: list[exp.Query]) -> list[exp.Select]:
+        """term_i = chain(…, Ri,new, …)|K − chain(…, Ri,old, …)|K, K the join keys of ΔRi."""
+        alias, node = self.items[i]
+        step = self.step(i)
+        if i <= 1 and self.step(1).kind is JoinKind.FULL:
+            # FULL join of items 0 and 1: both inputs restricted to K, on their own key side.
+            step = self.step(1)
+            on_delta = step.outer_keys if i == 0 else step.item_keys
+            restrict = {0: step.outer_keys, 1: step.item_keys}
+        else:
+            on_delta, restrict = step.item_keys, {i: step.item_keys}
+        keys = _changed_keys(node, alias, on_delta, v)
+        terms = []
+        for which, sign in (("new", 1), ("old", -1)):
+            parts = before + [node.state(v, which)] + after
+            for j, exprs in restrict.items():
+                parts[j] = _semi_join(_star_of(parts[j], self.items[j][0]), exprs, keys)
+            term = select.copy()
+            term.append("expressions", exp.cast(exp.Literal.number(sign), "BIGINT").as_(W))
+            if step.kind is JoinKind.LEFT:
+                # the items before i, restricted by their side of the key (a LEFT join keeps them)
+                term = _semi_join(term, step.outer_keys, keys)
+            terms.append(self.render(term, parts))
+        return terms
 
     def input_delta_sql(self, v: Versions, expressions: list[exp.Expression]) -> str:
         return self.input_delta(v, expressions).sql(DIALECT)
@@ -118,6 +199,8 @@ class Block(Node):
 
     def delta(self, v: Versions) -> exp.Query:
         projected = [exp.column(c, quoted=True) for c in self.columns]
+        if self.window_keys is not None:
+            return self._window_delta(v)
         if not self.is_aggregate:
             # Δπσ(⋈) = πσ(Δ⋈): the SELECT list applied to the join delta, weights carried.
             return self.input_delta(v, [e.copy() for e in self.template.expressions])
@@ -130,12 +213,33 @@ class Block(Node):
             sides.append(exp.select(*[p.copy() for p in projected], weight).from_(rows.subquery(alias)))
         return union_all(sides)
 
+    def _window_delta(self, v: Versions) -> exp.Query:
+        """Δ = −ω(old input | K) + ω(new input | K), K the partitions Δinput touches."""
+        keys = None
+        if self.window_keys:
+            keys = self.input_delta(v, [k.copy().as_(KEY.format(n)) for n, k in enumerate(self.window_keys)])
+            keys = exp.select(*[KEY.format(n) for n in range(len(self.window_keys))]).distinct() \
+                .from_(keys.subquery("__trickle_changed"))
+        sides = []
+        for which, sign in (("old", -1), ("new", 1)):
+            select = self.template.copy()
+            select.append("expressions", exp.cast(exp.Literal.number(sign), "BIGINT").as_(W))
+            if keys is not None:
+                select = _semi_join(select, self.window_keys, keys)
+            sides.append(self.render(select, [node.state(v, which) for _, node in self.items]))
+        return union_all(sides)
+
     def explain(self, depth: int = 0) -> list[str]:
         pad = "  " * depth
         lines = []
+        if self.window_keys is not None:
+            keys = ", ".join(k.sql(DIALECT) for k in self.window_keys)
+            lines.append(f"{pad}Window [partitions of changed rows recomputed, by {keys}]" if keys else
+                         f"{pad}Window [no PARTITION BY common to every window: recomputed whole]")
+            pad = "  " * (depth := depth + 1)
         if self.is_aggregate:
             keys = ", ".join(g.sql(DIALECT) for g in self.group) or "(scalar)"
-            aggs = ", ".join(a.sql(DIALECT) for a in self.aggregates)
+            aggs = ", ".join(a.sql(DIALECT) for a in self.aggregates) or "(distinct keys)"
             lines.append(f"{pad}Aggregate group by {keys}: {aggs}")
             if self.template.args.get("having"):
                 lines.append(f"{pad}  having {self.template.args['having'].this.sql(DIALECT)}")
@@ -148,15 +252,54 @@ class Block(Node):
             lines.append(f"{pad}Filter {where.this.sql(DIALECT)}")
             depth += 1
         if len(self.items) > 1:
-            joins = [j.args.get('on') for j in self.template.args.get("joins") or []]
-            conditions = " AND ".join(c.sql(DIALECT) for c in joins if c is not None) or "cross"
-            lines.append("  " * depth + f"Join [{len(self.items)}-way, on {conditions}]")
+            joins = self.template.args.get("joins") or []
+            conditions = " AND ".join(j.args["on"].sql(DIALECT) for j in joins if j.args.get("on")) or "cross"
+            kinds = [" ".join(p for p in (j.side, j.kind) if p).upper() or "INNER" for j in joins]
+            shown = "" if set(kinds) <= {"INNER", "CROSS"} else f" {', '.join(kinds)}"
+            lines.append("  " * depth + f"Join [{len(self.items)}-way{shown}, on {conditions}]")
+            keyed = [alias for i, (alias, _) in enumerate(self.items) if not self.is_linear_in(i)]
+            if keyed:
+                lines.append("  " * depth + f"  [delta of {', '.join(keyed)}: rows of the changed join keys, "
+                                            "recomputed before and after]")
             depth += 1
         for alias, node in self.items:
             sub = node.explain(depth)
             sub[0] = sub[0] + f" AS {alias}"
             lines += sub
         return lines
+
+
+def _changed_keys(node: Node, alias: str, key_exprs: list[exp.Expression], v: Versions) -> exp.Select:
+    """The distinct values of ``key_exprs`` (over ``alias``, the item ``node``) among its changed rows.
+
+    When ``node`` is an aggregate and every key is one of its GROUP BY columns, the groups its
+    *input* delta touches are a superset of its changed rows' keys, and far cheaper to compute
+    than its delta (which recomputes those groups before and after): a subquery rewritten into
+    a join against grouped keys is the common case.
+    """
+    names = [KEY.format(n) for n in range(len(key_exprs))]
+    if isinstance(node, Block) and node.is_aggregate and node.group and node.window_keys is None:
+        outputs = {name: projection.unalias() for name, projection in zip(node.columns, node.template.expressions)}
+        groups = {g.sql(DIALECT) for g in node.group}
+        inner = [outputs.get(e.name) if isinstance(e, exp.Column) and e.table == alias else None for e in key_exprs]
+        if all(x is not None and x.sql(DIALECT) in groups for x in inner):
+            delta = node.input_delta(v, [x.copy().as_(name) for x, name in zip(inner, names)])
+            return exp.select(*names).distinct().from_(delta.subquery("__trickle_changed"))
+    return exp.select(*[k.copy().as_(name) for k, name in zip(key_exprs, names)]).distinct() \
+        .from_(node.delta(v).subquery(alias))
+
+
+def _star_of(rows: exp.Query, alias: str) -> exp.Select:
+    """``SELECT alias.* FROM (rows) AS alias``: a query whose key expressions can be written as in ON."""
+    return exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier(alias, quoted=True))) \
+        .from_(rows.subquery(exp.to_identifier(alias, quoted=True)))
+
+
+def _semi_join(select: exp.Select, key_exprs: list[exp.Expression], keys: exp.Query) -> exp.Select:
+    """``select`` keeping the rows whose ``key_exprs`` are NULL-safely among ``keys``."""
+    on = exp.and_(*[exp.NullSafeEQ(this=e.copy(), expression=exp.column(KEY.format(n), table=KEYS))
+                    for n, e in enumerate(key_exprs)])
+    return select.join(keys.subquery(KEYS), on=on, join_type="LEFT SEMI", copy=True)
 
 
 def _hash_expression(block: Block) -> exp.Expression:

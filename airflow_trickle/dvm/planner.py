@@ -10,19 +10,17 @@ from __future__ import annotations
 from sqlglot import exp
 
 from airflow_trickle.dvm.base import ITEM, Node, Unsupported
-from airflow_trickle.dvm.block import Block
-from airflow_trickle.dvm.rewrites import normalize
+from airflow_trickle.dvm.block import Block, JoinKind, JoinStep
+from airflow_trickle.dvm.rewrites import SubqueryRefused, normalize
 from airflow_trickle.dvm.scan import Scan
 from airflow_trickle.dvm.union import UnionAll
 from airflow_trickle.names import DEFAULT_DATABASE
-from airflow_trickle.sql.parse import parse_query, table_name
+from airflow_trickle.sql.parse import DIALECT, parse_query, table_name
 
 
 _UNSUPPORTED_NODES = {
-    exp.Intersect: "INTERSECT",
-    exp.Except: "EXCEPT",
-    exp.Window: "window function",
     exp.Lateral: "LATERAL / LATERAL VIEW",
+    exp.Qualify: "QUALIFY",
     exp.Pivot: "PIVOT",
     exp.TableSample: "TABLESAMPLE",
     exp.Rollup: "ROLLUP",
@@ -48,7 +46,10 @@ def plan(defining_query: str, columns: dict[str, list[str]], *, database: str = 
     for node_type, label in _UNSUPPORTED_NODES.items():
         if query.find(node_type):
             raise Unsupported(label)
-    query = normalize(query)
+    try:
+        query = normalize(query)
+    except SubqueryRefused as err:
+        raise Unsupported(str(err)) from None
     if isinstance(query, exp.Select) and query.args.get("order"):
         query.set("order", None)  # row order of a stored table is not kept anyway
     return _plan_query(query, columns, database)
@@ -86,13 +87,10 @@ def _plan_select(select: exp.Select, columns, database) -> Block:
     from_ = template.args.get("from_") or template.args.get("from")
     if from_ is None:
         raise Unsupported("SELECT without FROM")
-    slots = [from_]
-    for join in template.args.get("joins") or []:
-        side, kind = (join.side or "").upper(), (join.kind or "").upper()
-        if side or kind not in ("", "INNER", "CROSS"):
-            raise Unsupported(f"{' '.join(p for p in (side, kind) if p)} JOIN".strip())
-        if join.args.get("using"):
-            raise Unsupported("JOIN ... USING")
+    slots: list[exp.Expression] = [from_]
+    kinds = [JoinKind.INNER]
+    for index, join in enumerate(template.args.get("joins") or [], start=1):
+        kinds.append(_join_kind(join, index, from_))
         slots.append(join)
     items: list[tuple[str, Node]] = []
     for index, slot in enumerate(slots):
@@ -110,16 +108,89 @@ def _plan_select(select: exp.Select, columns, database) -> Block:
         items.append((alias, node))
         slot.set("this", exp.Table(this=exp.to_identifier(ITEM.format(index)),
                                    alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    aliases = [alias for alias, _ in items]
+    steps = [JoinStep()] + [_join_step(slot, kind, aliases[:i], aliases[i]) for i, (slot, kind)
+                            in enumerate(zip(slots[1:], kinds[1:]), start=1)]
     names = [e.alias_or_name for e in select.expressions]
     group = select.args.get("group")
-    aggregates = list(dict.fromkeys(a for e in select.expressions for a in e.find_all(exp.AggFunc)))
+    aggregates = list(dict.fromkeys(a for e in select.expressions for a in e.find_all(exp.AggFunc)
+                                    if not a.find_ancestor(exp.Window)))
     having = select.args.get("having")
     if having is not None:
         aggregates += [a for a in having.find_all(exp.AggFunc) if a not in aggregates]
+    windows = [w for e in select.expressions for w in e.find_all(exp.Window)]
+    if windows:
+        if group is not None or aggregates:
+            raise Unsupported("window function over an aggregate (GROUP BY and windows in one SELECT)")
+        return Block(template=template, items=items, columns=names, steps=steps, window_keys=_window_keys(windows))
     if group is None and not aggregates:
-        return Block(template=template, items=items, columns=names)
+        return Block(template=template, items=items, columns=names, steps=steps)
     group_exprs = [g.copy() for g in (group.expressions if group else [])]
-    return Block(template=template, items=items, columns=names, group=group_exprs, aggregates=aggregates)
+    return Block(template=template, items=items, columns=names, group=group_exprs, aggregates=aggregates, steps=steps)
+
+
+def _window_keys(windows: list[exp.Window]) -> list[exp.Expression]:
+    """The PARTITION BY expressions every window shares (empty: none in common)."""
+    shared = None
+    for window in windows:
+        if window.find(exp.Select):
+            raise Unsupported("subquery in a window function")
+        keys = {e.sql(DIALECT): e for e in window.args.get("partition_by") or []}
+        shared = keys if shared is None else {k: e for k, e in shared.items() if k in keys}
+    return [e.copy() for e in (shared or {}).values()]
+
+
+def _join_kind(join: exp.Join, index: int, from_: exp.From) -> JoinKind:
+    """The kind of a join; ``A RIGHT JOIN B`` as the first join is rewritten ``B LEFT JOIN A``."""
+    side, kind = (join.side or "").upper(), (join.kind or "").upper()
+    label = " ".join(p for p in (side, kind) if p) + " JOIN"
+    if join.args.get("using"):
+        raise Unsupported("JOIN ... USING")  # qualification turns USING into ON; defensive
+    if not side and kind in ("", "INNER", "CROSS"):
+        return JoinKind.INNER
+    if side == "LEFT" and kind in ("", "OUTER", "SEMI", "ANTI") or not side and kind in ("SEMI", "ANTI"):
+        return JoinKind.LEFT
+    if side in ("RIGHT", "FULL") and kind in ("", "OUTER"):
+        if index != 1:
+            raise Unsupported(f"{label} after another join (write the query so that it is the first join, "
+                              "or use a subquery)")
+        if side == "FULL":
+            return JoinKind.FULL
+        first, other = from_.this, join.this
+        from_.set("this", other)
+        join.set("this", first)
+        join.set("side", "LEFT")
+        return JoinKind.LEFT
+    raise Unsupported(label)
+
+
+def _join_step(join: exp.Join, kind: JoinKind, outer: list[str], item: str) -> JoinStep:
+    """The step of a join: its kind and the equalities of its ON clause between the two sides.
+
+    An outer join needs at least one: its delta is computed per join-key value.
+    """
+    if kind is JoinKind.INNER:
+        return JoinStep()
+    pairs = []
+    on = join.args.get("on")
+    for conjunct in (on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []):
+        if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
+            continue
+        left, right = _tables(conjunct.this), _tables(conjunct.expression)
+        if left and right and left <= set(outer) and right == {item}:
+            pairs.append((conjunct.this, conjunct.expression))
+        elif left and right and right <= set(outer) and left == {item}:
+            pairs.append((conjunct.expression, conjunct.this))
+    if not pairs:
+        raise Unsupported(f"{kind.upper()} JOIN without an equality between its two sides in ON")
+    return JoinStep(kind=kind, outer_keys=[o.copy() for o, _ in pairs], item_keys=[i.copy() for _, i in pairs])
+
+
+def _tables(expression: exp.Expression) -> set[str]:
+    """The table aliases a (qualified) expression reads; a subquery in it reads 'other' ones."""
+    if expression.find(exp.Select):
+        return {"?"}
+    return {column.table for column in expression.find_all(exp.Column)}
 
 
 def unsupported_constructs(defining_query: str, columns: dict[str, list[str]] | None = None) -> list[str]:

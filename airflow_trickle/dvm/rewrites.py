@@ -6,6 +6,11 @@ order of :data:`PASSES`.
 from __future__ import annotations
 
 from sqlglot import exp
+from sqlglot.optimizer.unnest_subqueries import unnest_subqueries as _unnest
+
+
+class SubqueryRefused(ValueError):
+    """A construct a rewrite cannot turn into one of the same meaning; the message names it."""
 
 
 def inline_ctes(query: exp.Expression) -> exp.Expression:
@@ -43,18 +48,30 @@ def _replace_refs(tree: exp.Expression, name: str, body: exp.Expression) -> exp.
 def union_to_distinct(query: exp.Expression) -> exp.Expression:
     """``A UNION B`` -> ``SELECT DISTINCT * FROM (A UNION ALL B) AS __trickle_union``.
 
-    Columns of a set operation take the names of its left side.
+    Columns of a set operation take the names of its left side.  Unions nested in a UNION
+    (``A UNION B UNION ALL C``) are flattened into the one DISTINCT: it removes their duplicates
+    too, and one aggregate is maintained instead of one per level.
     """
     def swap(node):
         if isinstance(node, exp.Union) and node.args.get("distinct"):
             left_names = _output_names(node.left)
-            inner = exp.union(node.left.copy(), node.right.copy(), distinct=False)
+            inputs = [union_to_distinct(q.copy()) for q in _union_inputs(node)]
+            inner = inputs[0]
+            for other in inputs[1:]:
+                inner = exp.union(inner, other, distinct=False)
             alias = "__trickle_union"
             select = exp.select(*[exp.column(n, table=alias, quoted=True).as_(n, quoted=True) for n in left_names])
             return select.from_(inner.subquery(alias)).distinct()
         return node
 
     return query.transform(swap)
+
+
+def _union_inputs(node: exp.Expression) -> list[exp.Expression]:
+    """The inputs of nested UNION / UNION ALL operations, left to right."""
+    if isinstance(node, exp.Union):
+        return _union_inputs(node.left) + _union_inputs(node.right)
+    return [node]
 
 
 def distinct_to_group_by(query: exp.Expression) -> exp.Expression:
@@ -77,17 +94,127 @@ def distinct_to_group_by(query: exp.Expression) -> exp.Expression:
     return query.transform(swap)
 
 
+def subqueries_to_joins(query: exp.Expression) -> exp.Expression:
+    """Subqueries in WHERE and SELECT as LEFT JOINs against grouped derived tables.
+
+    ``WHERE EXISTS (SELECT … FROM c WHERE c.k = o.k)`` ->
+    ``LEFT JOIN (SELECT c.k AS _u_1 FROM c GROUP BY c.k) AS _u_0 ON _u_0._u_1 = o.k
+    WHERE NOT _u_0._u_1 IS NULL``; ``IN (subquery)`` alike; a correlated scalar aggregate
+    ``(SELECT SUM(…) FROM c WHERE c.k = o.k)`` becomes a LEFT JOIN to the sums per key (COUNT
+    wrapped in COALESCE(…, 0)), an uncorrelated one in WHERE a CROSS JOIN to its one row.  The
+    outer join and the aggregate then have delta rules of their own.  This is sqlglot's
+    ``unnest_subqueries``, used only where its result means the same in SQL's three-valued logic:
+
+    * ``EXISTS`` / ``IN`` / ``= ANY`` as a condition of WHERE, joined by AND / OR (``NOT EXISTS``
+      too): there, NULL and FALSE both drop the row, so a join that yields FALSE for SQL's
+      NULL is exact.  Under any other operator (``NOT IN``, a CASE, the SELECT list) it is not.
+    * scalar subqueries only over one aggregate without GROUP BY: exactly one row per key
+      (others may return several rows, where SQL raises an error).
+
+    Subqueries left in place are refused by the planner, naming them.
+    """
+    for node in query.find_all(exp.Exists, exp.In, exp.Any, exp.Subquery):
+        if isinstance(node, exp.Subquery) and isinstance(node.parent, (exp.From, exp.Join)):
+            continue
+        if isinstance(node, exp.In) and not node.args.get("query"):
+            continue
+        if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.In, exp.Any)):
+            body = node.this
+            if not (isinstance(body, exp.Select) and len(body.expressions) == 1 and not body.args.get("group")
+                    and body.expressions[0].find(exp.AggFunc)):
+                raise SubqueryRefused("scalar subquery without a single aggregate (it may return several rows)")
+            continue
+        if isinstance(node, exp.Subquery):
+            continue  # the query of an IN / ANY: judged with it
+        if not _a_where_condition(node):
+            kind = "EXISTS" if isinstance(node, exp.Exists) else "IN" if isinstance(node, exp.In) else "ANY"
+            raise SubqueryRefused(f"{kind} subquery outside a WHERE condition (or under NOT, except NOT EXISTS)")
+    return _unnest(query.copy())
+
+
+def _a_where_condition(node: exp.Expression) -> bool:
+    """Whether ``node`` is a WHERE condition reached only through AND, OR and parentheses
+    (and, for EXISTS, one NOT right above it)."""
+    parent = node.parent
+    if isinstance(node, exp.Exists) and isinstance(parent, exp.Not):
+        node, parent = parent, parent.parent
+    while isinstance(parent, (exp.And, exp.Or, exp.Paren)):
+        node, parent = parent, parent.parent
+    return isinstance(parent, exp.Where)
+
+
+#: The input a row of a rewritten INTERSECT / EXCEPT comes from (0: the first).
+_INPUT = "__trickle_input"
+
+
+def set_operations_to_group_by(query: exp.Expression) -> exp.Expression:
+    """``A INTERSECT B`` / ``A EXCEPT B`` -> a GROUP BY over the inputs, counting each one's copies.
+
+    ``SELECT c FROM (SELECT c, 0 AS i FROM A UNION ALL SELECT c, 1 FROM B) GROUP BY c
+    HAVING COUNT_IF(i = 0) > 0 AND COUNT_IF(i = 1) > 0`` (EXCEPT: ``= 0``); a chain of one
+    operator (``A EXCEPT B EXCEPT C``) is one GROUP BY over all its inputs.  Set operations
+    compare rows with NULLs as equal, as GROUP BY does; their columns take the names of the
+    first input.  A row comes and goes exactly with its last copy on either side.
+    ``INTERSECT ALL`` / ``EXCEPT ALL`` keep min(l, r) / l − r copies of a row, which a GROUP BY
+    cannot emit: they are refused.
+    """
+    def swap(node):
+        if not isinstance(node, (exp.Intersect, exp.Except)):
+            return node
+        label = "INTERSECT" if isinstance(node, exp.Intersect) else "EXCEPT"
+        if not node.args.get("distinct"):
+            raise SubqueryRefused(f"{label} ALL")
+        inputs = [node.right]
+        first = node.left
+        while type(first) is type(node) and first.args.get("distinct"):  # a left-deep chain of one operator
+            inputs.insert(0, first.right)
+            first = first.left
+        inputs.insert(0, first)
+        names = _output_names(first)
+        sides = []
+        for index, side in enumerate(inputs):
+            side_names = _output_names(side)
+            if len(side_names) != len(names) or len(set(side_names)) != len(side_names):
+                raise SubqueryRefused(f"{label} of queries with different or repeated column names")
+            sides.append(exp.select(
+                *[exp.column(n, table="__trickle_side", quoted=True).as_(m, quoted=True) for n, m in zip(side_names, names)],
+                exp.Literal.number(index).as_(_INPUT),
+            ).from_(set_operations_to_group_by(side.copy()).subquery("__trickle_side")))
+        alias = "__trickle_set"
+        keys = [exp.column(n, table=alias, quoted=True) for n in names]
+
+        def copies(index: int) -> exp.Expression:
+            return exp.func("COUNT_IF", exp.EQ(this=exp.column(_INPUT, table=alias), expression=exp.Literal.number(index)))
+
+        others = exp.GT if label == "INTERSECT" else exp.EQ
+        having = exp.and_(exp.GT(this=copies(0), expression=exp.Literal.number(0)),
+                          *[others(this=copies(i), expression=exp.Literal.number(0)) for i in range(1, len(inputs))])
+        union = sides[0]
+        for side in sides[1:]:
+            union = exp.union(union, side, distinct=False)
+        return (exp.select(*[k.copy().as_(n, quoted=True) for k, n in zip(keys, names)])
+                .from_(union.subquery(alias)).group_by(*keys).having(having))
+
+    return query.transform(swap)
+
+
 def _output_names(query: exp.Expression) -> list[str]:
-    if isinstance(query, exp.Union):
+    if isinstance(query, exp.SetOperation):
         return _output_names(query.left)
     return [e.alias_or_name for e in query.expressions]
 
 
 #: The passes, in the order they run.
-PASSES = (inline_ctes, union_to_distinct, distinct_to_group_by)
+PASSES = (inline_ctes, subqueries_to_joins, set_operations_to_group_by, union_to_distinct, distinct_to_group_by)
 
 
 def normalize(query: exp.Expression) -> exp.Expression:
+    """Every pass, each until nothing changes (``transform`` does not revisit what it replaced,
+    so a DISTINCT nested in a rewritten UNION needs a second round)."""
     for rewrite in PASSES:
-        query = rewrite(query)
+        for _ in range(10):
+            rewritten = rewrite(query)
+            if rewritten == query:
+                break
+            query = rewritten
     return query

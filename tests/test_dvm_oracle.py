@@ -1,5 +1,6 @@
-"""Scans, filters, projections, unions and stream tables over stream tables against the full-recompute
-oracle (tests/oracle.py).
+"""Scans, filters, projections, unions, stream tables over stream tables, subqueries and a window
+against the full-recompute oracle (tests/oracle.py); and, at the level of the delta alone
+(``DeltaOracle``), every outer-join, subquery, set-operation, window and generator shape.
 
 Each test builds sources and stream tables once, then hypothesis drives random batches of
 inserts, deletes, group-changing updates and occasional emptying of a table, with NULLs and
@@ -8,7 +9,7 @@ duplicate rows; after each batch every stream table is refreshed DIFFERENTIALLY 
 """
 from __future__ import annotations
 
-from tests.oracle import drive, workload
+from tests.oracle import drive, drive_deltas, workload
 
 
 def test_stream_tables_over_stream_tables(tr, db):
@@ -84,3 +85,39 @@ def test_subqueries_exists_not_exists_scalar_and_a_window(tr, db):
         "ranked": "SELECT id, cid, RANK() OVER (PARTITION BY cid ORDER BY amount) AS r FROM {db}.o",
     })
     drive(load, tables)
+
+
+def test_outer_join_subquery_set_operation_window_and_generator_deltas(tr, db):
+    """The delta rules of the outer-join shapes, subqueries, set operations, windows and generators that the end-to-end
+    workloads here and in test_dvm_oracle_joins.py do not store (``DeltaOracle``)."""
+    drive_deltas(tr, db, ["o", "c", "x"], {
+        "right": "SELECT o.id, c.id AS cid, c.region FROM {db}.o o RIGHT OUTER JOIN {db}.c c ON o.cid = c.id",
+        "left_using": "SELECT * FROM {db}.o LEFT JOIN {db}.c USING (id)",
+        "full_then_inner": "SELECT o.id, c.region, x.v FROM {db}.o o FULL JOIN {db}.c c ON o.cid = c.id "
+                           "JOIN {db}.x x ON x.k = coalesce(o.cid, c.id)",
+        "chain": "SELECT o.id, c.region, x.v FROM {db}.o o JOIN {db}.c c ON o.cid = c.id "
+                 "LEFT JOIN {db}.x x ON x.k = c.id AND x.v > 2",
+        "two_left": "SELECT o.id, c.region, x.v FROM {db}.o o LEFT JOIN {db}.c c ON o.cid = c.id "
+                    "LEFT JOIN {db}.x x ON x.k = c.id",
+        "anti": "SELECT o.id, o.cid FROM {db}.o o LEFT ANTI JOIN {db}.c c ON o.cid = c.id",
+        "semi": "SELECT o.id FROM {db}.o o LEFT SEMI JOIN {db}.x x ON x.k = o.cid AND x.v > 1",
+        "in_sub": "SELECT o.id, o.amount FROM {db}.o o WHERE o.cid IN (SELECT x.k FROM {db}.x x WHERE x.v > 3)",
+        "scalar": "SELECT o.id FROM {db}.o o WHERE o.amount > (SELECT AVG(i.amount) FROM {db}.o i WHERE i.cid = o.cid)",
+        "above_average": "SELECT o.id, o.amount FROM {db}.o o WHERE o.amount > (SELECT AVG(amount) FROM {db}.o)",
+        "intersect": "SELECT cid, amount FROM {db}.o INTERSECT SELECT k, v FROM {db}.x",
+        "except": "SELECT cid FROM {db}.o EXCEPT SELECT id FROM {db}.c EXCEPT SELECT k FROM {db}.x",
+        "union_of_three": "SELECT cid FROM {db}.o UNION SELECT id FROM {db}.c UNION SELECT k FROM {db}.x",
+        "ranked": "SELECT id, cid, amount, RANK() OVER (PARTITION BY cid ORDER BY amount) AS r, "
+                  "DENSE_RANK() OVER (PARTITION BY cid ORDER BY amount DESC) AS dr FROM {db}.o",
+        "offsets": "SELECT id, cid, LAG(amount) OVER (PARTITION BY cid ORDER BY id, amount, price) AS prev, "
+                   "SUM(amount) OVER (PARTITION BY cid ORDER BY id, amount, price "
+                   "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS running, "
+                   "1 + NTILE(2) OVER (PARTITION BY cid, amount ORDER BY id, price) AS tile FROM {db}.o",
+        "unpartitioned": "SELECT id, amount, ROW_NUMBER() OVER (ORDER BY id, cid, amount, price) AS rn FROM {db}.o",
+        "exploded": "SELECT o.id, t.n FROM {db}.o o LATERAL VIEW OUTER explode(sequence(1, o.amount % 3)) t AS n",
+        "generated": "SELECT id, explode(array(cid, amount)) AS v FROM {db}.o",
+        "exploded_counts": "SELECT t.n, COUNT(*) AS c FROM {db}.o o LATERAL VIEW explode(sequence(1, o.cid)) t AS n "
+                           "GROUP BY t.n",
+        "window_over_join": "SELECT o.id, c.region, COUNT(*) OVER (PARTITION BY c.region) AS n FROM {db}.o o "
+                            "JOIN {db}.c c ON o.cid = c.id",
+    })

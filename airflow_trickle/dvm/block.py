@@ -16,6 +16,8 @@ writes it: Project/Aggregate over Filter over Join over its inputs.  Its rules:
              cancel and are never computed: K restricts Ri's scan, the other side's rows (a
              LEFT SEMI JOIN on the key) and, for FULL, both inputs.  NULL keys are compared
              NULL-safely here, so a FULL join's NULL-keyed rows (always padded) follow too.
+* Generator  LATERAL VIEW [OUTER] explode / posexplode / inline, and generators in the SELECT
+             list, emit rows per input row: linear, Δgen(R) = gen(ΔR), weights carried
 * Window     a window function sees only its partition: K = the PARTITION BY values of Δinput
              (common to every window of the SELECT);  Δ = −ω(old input | K) + ω(new input | K),
              the partitions of changed rows recomputed before and after.  With no common
@@ -247,6 +249,8 @@ class Block(Node):
             lines.append(f"{pad}Project {', '.join(self.columns)}")
         depth += 1
         pad = "  " * depth
+        for lateral in self.template.args.get("laterals") or []:
+            lines.append(f"{pad}Generate {lateral.sql(DIALECT).strip()}  [per input row: linear]")
         where = self.template.args.get("where")
         if where:
             lines.append(f"{pad}Filter {where.this.sql(DIALECT)}")

@@ -19,7 +19,6 @@ from airflow_trickle.sql.parse import DIALECT, parse_query, table_name
 
 
 _UNSUPPORTED_NODES = {
-    exp.Lateral: "LATERAL / LATERAL VIEW",
     exp.Qualify: "QUALIFY",
     exp.Pivot: "PIVOT",
     exp.TableSample: "TABLESAMPLE",
@@ -28,9 +27,6 @@ _UNSUPPORTED_NODES = {
     exp.GroupingSets: "GROUPING SETS",
     exp.Limit: "LIMIT",
     exp.Offset: "OFFSET",
-    exp.Explode: "explode / generator in the SELECT list",
-    exp.Posexplode: "posexplode",
-    exp.Inline: "inline",
 }
 
 
@@ -83,6 +79,12 @@ def _plan_select(select: exp.Select, columns, database) -> Block:
             raise Unsupported("scalar subquery in the SELECT list")
         if isinstance(projection, exp.Star) or (projection.find(exp.Star) and not projection.find(exp.Count)):
             raise Unsupported("unexpanded *")
+    for lateral in select.args.get("laterals") or []:
+        if lateral.find(exp.Select):
+            raise Unsupported("LATERAL VIEW over a subquery")
+    for clause in [select.args.get("from_") or select.args.get("from")] + (select.args.get("joins") or []):
+        if clause is not None and clause.find(exp.Lateral):
+            raise Unsupported("LATERAL (subquery)")
     template = select.copy()
     from_ = template.args.get("from_") or template.args.get("from")
     if from_ is None:
@@ -118,6 +120,9 @@ def _plan_select(select: exp.Select, columns, database) -> Block:
     having = select.args.get("having")
     if having is not None:
         aggregates += [a for a in having.find_all(exp.AggFunc) if a not in aggregates]
+    generators = any(e.find(exp.Explode, exp.Posexplode, exp.Inline) for e in select.expressions)
+    if (group is not None or aggregates) and generators:
+        raise Unsupported("generator function in the SELECT list of an aggregate")
     windows = [w for e in select.expressions for w in e.find_all(exp.Window)]
     if windows:
         if group is not None or aggregates:

@@ -177,14 +177,16 @@ def set_operations_to_group_by(query: exp.Expression) -> exp.Expression:
             if len(side_names) != len(names) or len(set(side_names)) != len(side_names):
                 raise SubqueryRefused(f"{label} of queries with different or repeated column names")
             sides.append(exp.select(
-                *[exp.column(n, table="__trickle_side", quoted=True).as_(m, quoted=True) for n, m in zip(side_names, names)],
+                *[exp.column(n, table="__trickle_side", quoted=True).as_(m, quoted=True)
+                  for n, m in zip(side_names, names)],
                 exp.Literal.number(index).as_(_INPUT),
             ).from_(set_operations_to_group_by(side.copy()).subquery("__trickle_side")))
         alias = "__trickle_set"
         keys = [exp.column(n, table=alias, quoted=True) for n in names]
 
         def copies(index: int) -> exp.Expression:
-            return exp.func("COUNT_IF", exp.EQ(this=exp.column(_INPUT, table=alias), expression=exp.Literal.number(index)))
+            from_input = exp.EQ(this=exp.column(_INPUT, table=alias), expression=exp.Literal.number(index))
+            return exp.func("COUNT_IF", from_input)
 
         others = exp.GT if label == "INTERSECT" else exp.EQ
         having = exp.and_(exp.GT(this=copies(0), expression=exp.Literal.number(0)),

@@ -30,11 +30,12 @@ def assert_matches(tr, name, query):
      "window function over an aggregate"),
     ("SELECT cid FROM {db}.o INTERSECT ALL SELECT id FROM {db}.c", "INTERSECT ALL"),
     ("SELECT cid FROM {db}.o EXCEPT ALL SELECT id FROM {db}.c", "EXCEPT ALL"),
-    ("SELECT id FROM {db}.o WHERE cid NOT IN (SELECT id FROM {db}.c)", "IN subquery"),
+    ("SELECT o.id FROM {db}.o o WHERE o.cid NOT IN (SELECT c.id FROM {db}.c c WHERE c.id > o.amount)",
+     "correlated NOT IN"),
     ("SELECT o.id, (SELECT c.region FROM {db}.c c WHERE c.id = o.cid) AS r FROM {db}.o o", "without a single aggregate"),
     ("SELECT id FROM {db}.o ORDER BY id LIMIT 5", "LIMIT"),
     ("SELECT id, uuid() AS u FROM {db}.o", "uuid()"),
-    ("SELECT id, (SELECT max(id) FROM {db}.c) AS m FROM {db}.o", "scalar subquery"),
+    ("SELECT cid, COUNT(*) AS n, (SELECT max(id) FROM {db}.c) AS m FROM {db}.o GROUP BY cid", "scalar subquery"),
 ])
 def test_differential_rejects_what_it_cannot_maintain_at_create_time(tr, db, query, construct):
     make_sources(tr, db)

@@ -101,8 +101,12 @@ def test_outer_join_subquery_set_operation_window_and_generator_deltas(tr, db):
                     "LEFT JOIN {db}.x x ON x.k = c.id",
         "anti": "SELECT o.id, o.cid FROM {db}.o o LEFT ANTI JOIN {db}.c c ON o.cid = c.id",
         "semi": "SELECT o.id FROM {db}.o o LEFT SEMI JOIN {db}.x x ON x.k = o.cid AND x.v > 1",
+        "not_in": "SELECT o.id, o.amount FROM {db}.o o WHERE o.amount NOT IN (SELECT i.cid FROM {db}.o i WHERE i.id > 4) "
+                  "OR o.id = 0",
         "in_sub": "SELECT o.id, o.amount FROM {db}.o o WHERE o.cid IN (SELECT x.k FROM {db}.x x WHERE x.v > 3)",
         "scalar": "SELECT o.id FROM {db}.o o WHERE o.amount > (SELECT AVG(i.amount) FROM {db}.o i WHERE i.cid = o.cid)",
+        "scalar_in_select": "SELECT o.id, o.amount - (SELECT AVG(x.v) FROM {db}.x x) AS dev, "
+                            "(SELECT MAX(c.id) FROM {db}.c c WHERE c.region IS NOT NULL) AS m FROM {db}.o o",
         "above_average": "SELECT o.id, o.amount FROM {db}.o o WHERE o.amount > (SELECT AVG(amount) FROM {db}.o)",
         "intersect": "SELECT cid, amount FROM {db}.o INTERSECT SELECT k, v FROM {db}.x",
         "except": "SELECT cid FROM {db}.o EXCEPT SELECT id FROM {db}.c EXCEPT SELECT k FROM {db}.x",

@@ -111,8 +111,10 @@ def subqueries_to_joins(query: exp.Expression) -> exp.Expression:
     * scalar subqueries only over one aggregate without GROUP BY: exactly one row per key
       (others may return several rows, where SQL raises an error).
 
+    ``NOT IN`` (uncorrelated, one column) is rewritten first by :func:`not_in_to_joins`.
     Subqueries left in place are refused by the planner, naming them.
     """
+    query = scalars_in_select_to_cross_joins(not_in_to_joins(query))
     for node in query.find_all(exp.Exists, exp.In, exp.Any, exp.Subquery):
         if isinstance(node, exp.Subquery) and isinstance(node.parent, (exp.From, exp.Join)):
             continue
@@ -130,6 +132,85 @@ def subqueries_to_joins(query: exp.Expression) -> exp.Expression:
             kind = "EXISTS" if isinstance(node, exp.Exists) else "IN" if isinstance(node, exp.In) else "ANY"
             raise SubqueryRefused(f"{kind} subquery outside a WHERE condition (or under NOT, except NOT EXISTS)")
     return _unnest(query.copy())
+
+
+def scalars_in_select_to_cross_joins(query: exp.Expression) -> exp.Expression:
+    """An uncorrelated scalar aggregate in the SELECT list -> a CROSS JOIN to its one row.
+
+    ``SELECT o.id, (SELECT MAX(c.id) FROM c) AS m FROM o`` ->
+    ``SELECT o.id, __trickle_scalar_0.__trickle_value AS m FROM o CROSS JOIN (SELECT MAX(c.id)
+    AS __trickle_value FROM c) AS __trickle_scalar_0``: an aggregate without GROUP BY has exactly
+    one row, so the join neither drops nor repeats a row.  (Correlated ones are left to
+    ``unnest_subqueries``; sqlglot leaves uncorrelated ones in the SELECT list in place.)
+    """
+    query = query.copy()
+    for index, node in enumerate(list(query.find_all(exp.Subquery))):
+        select = node.find_ancestor(exp.Select)
+        body = node.this
+        if (select is None or isinstance(node.parent, (exp.From, exp.Join, exp.In, exp.Any))
+                or not any(node in projection.find_all(exp.Subquery) for projection in select.expressions)
+                or not isinstance(body, exp.Select) or len(body.expressions) != 1 or body.args.get("group")
+                or not body.expressions[0].find(exp.AggFunc) or select.args.get("group")
+                or any(e.find(exp.AggFunc) for e in select.expressions if not e.find(exp.Subquery))):
+            continue
+        defined = {t.alias_or_name for t in body.find_all(exp.Table)} | \
+                  {q.alias_or_name for q in body.find_all(exp.Subquery)}
+        if any(c.table and c.table not in defined for c in body.find_all(exp.Column)):
+            continue  # correlated
+        alias, value = f"__trickle_scalar_{index}", "__trickle_value"
+        one_row = exp.select(body.expressions[0].unalias().copy().as_(value))
+        one_row.set("from_" if "from_" in body.args else "from", (body.args.get("from_") or body.args.get("from")).copy())
+        for key in ("joins", "where", "laterals"):
+            if body.args.get(key):
+                one_row.set(key, body.args[key].copy() if not isinstance(body.args[key], list)
+                            else [j.copy() for j in body.args[key]])
+        select.join(one_row.subquery(alias), join_type="CROSS", copy=False)
+        node.replace(exp.column(value, table=alias))
+    return query
+
+
+def not_in_to_joins(query: exp.Expression) -> exp.Expression:
+    """``x NOT IN (SELECT y FROM …)`` as a WHERE condition -> joins with SQL's NULL rules kept.
+
+    NOT IN is TRUE when the subquery is empty, or when x is not NULL, no y is NULL and no y
+    equals x; otherwise FALSE or NULL, and WHERE (through AND / OR) keeps the row only when
+    TRUE.  So: ``LEFT JOIN (SELECT y FROM … GROUP BY y) AS m ON x = m.y`` and ``CROSS JOIN
+    (SELECT COUNT(*) AS n, COUNT(y) AS nn FROM …) AS s``, with the condition
+    ``s.n = 0 OR (x IS NOT NULL AND s.nn = s.n AND m.y IS NULL)``.  The subquery must not read
+    the outer query's columns (a correlated NOT IN is refused).
+    """
+    query = query.copy()
+    for index, node in enumerate(list(query.find_all(exp.Not))):
+        inner = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
+        if not (isinstance(inner, exp.In) and inner.args.get("query") and _a_where_condition(node)):
+            continue
+        subquery = inner.args["query"]
+        body = subquery.this if isinstance(subquery, exp.Subquery) else subquery
+        if isinstance(inner.this, exp.Tuple) or len(body.selects) != 1:
+            raise SubqueryRefused("NOT IN over several columns")
+        defined = {t.alias_or_name for t in body.find_all(exp.Table)} | \
+                  {q.alias_or_name for q in body.find_all(exp.Subquery)}
+        if any(c.table and c.table not in defined for c in body.find_all(exp.Column)):
+            raise SubqueryRefused("correlated NOT IN subquery")
+        select = node.find_ancestor(exp.Select)
+        column = body.selects[0].alias_or_name
+        matches, stats, value = f"__trickle_notin_{index}", f"__trickle_notin_stats_{index}", "__trickle_value"
+        rows = body.copy().subquery("__trickle_sub")
+        sub_value = exp.column(column, table="__trickle_sub", quoted=True)
+        distinct_values = exp.select(sub_value.as_(value)).from_(rows).group_by(sub_value.copy())
+        counts = exp.select(exp.func("COUNT", exp.Star()).as_("__trickle_n"),
+                            exp.func("COUNT", sub_value.copy()).as_("__trickle_nn")).from_(rows.copy())
+        select.join(distinct_values.subquery(matches), join_type="LEFT",
+                    on=exp.EQ(this=inner.this.copy(), expression=exp.column(value, table=matches)), copy=False)
+        select.join(counts.subquery(stats), join_type="CROSS", copy=False)
+        n, nn = exp.column("__trickle_n", table=stats), exp.column("__trickle_nn", table=stats)
+        condition = exp.or_(
+            exp.EQ(this=n, expression=exp.Literal.number(0)),
+            exp.and_(exp.Not(this=exp.Is(this=inner.this.copy(), expression=exp.Null())),
+                     exp.EQ(this=nn.copy(), expression=n.copy()),
+                     exp.Is(this=exp.column(value, table=matches), expression=exp.Null())))
+        node.replace(exp.Paren(this=condition))
+    return query
 
 
 def _a_where_condition(node: exp.Expression) -> bool:

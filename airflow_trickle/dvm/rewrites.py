@@ -153,10 +153,8 @@ def scalars_in_select_to_cross_joins(query: exp.Expression) -> exp.Expression:
                 or not body.expressions[0].find(exp.AggFunc) or select.args.get("group")
                 or any(e.find(exp.AggFunc) for e in select.expressions if not e.find(exp.Subquery))):
             continue
-        defined = {t.alias_or_name for t in body.find_all(exp.Table)} | \
-                  {q.alias_or_name for q in body.find_all(exp.Subquery)}
-        if any(c.table and c.table not in defined for c in body.find_all(exp.Column)):
-            continue  # correlated
+        if _is_correlated(body):
+            continue
         alias, value = f"__trickle_scalar_{index}", "__trickle_value"
         one_row = exp.select(body.expressions[0].unalias().copy().as_(value))
         one_row.set("from_" if "from_" in body.args else "from", (body.args.get("from_") or body.args.get("from")).copy())
@@ -188,9 +186,7 @@ def not_in_to_joins(query: exp.Expression) -> exp.Expression:
         body = subquery.this if isinstance(subquery, exp.Subquery) else subquery
         if isinstance(inner.this, exp.Tuple) or len(body.selects) != 1:
             raise SubqueryRefused("NOT IN over several columns")
-        defined = {t.alias_or_name for t in body.find_all(exp.Table)} | \
-                  {q.alias_or_name for q in body.find_all(exp.Subquery)}
-        if any(c.table and c.table not in defined for c in body.find_all(exp.Column)):
+        if _is_correlated(body):
             raise SubqueryRefused("correlated NOT IN subquery")
         select = node.find_ancestor(exp.Select)
         column = body.selects[0].alias_or_name
@@ -211,6 +207,13 @@ def not_in_to_joins(query: exp.Expression) -> exp.Expression:
                      exp.Is(this=exp.column(value, table=matches), expression=exp.Null())))
         node.replace(exp.Paren(this=condition))
     return query
+
+
+def _is_correlated(body: exp.Expression) -> bool:
+    """Whether a (qualified) subquery reads a column of a table it does not itself name."""
+    defined = {t.alias_or_name for t in body.find_all(exp.Table)} | \
+              {q.alias_or_name for q in body.find_all(exp.Subquery)}
+    return any(c.table and c.table not in defined for c in body.find_all(exp.Column))
 
 
 def _a_where_condition(node: exp.Expression) -> bool:

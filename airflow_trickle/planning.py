@@ -30,6 +30,10 @@ class Selection:
         return [m for m in unit.members if m in self.tables]
 
 
+#: The parameters of a manual run (the trigger form's fields).
+RUN_PARAMETERS = ("tables", "mode", "include_upstream", "include_downstream")
+
+
 def select(project: Project, params: dict | None, *, manual: bool) -> Selection:
     """The selection of a run from its trigger-form ``params``; raises on any bad value.
 
@@ -43,6 +47,12 @@ def select(project: Project, params: dict | None, *, manual: bool) -> Selection:
     names = list(project.stream_tables)
     if not manual:
         return Selection(frozenset(names))
+    unknown = sorted(set(params) - set(RUN_PARAMETERS))
+    if unknown:
+        # a typo ('table') must not silently mean "every stream table"
+        raise InvalidParameterError(
+            f"unknown run parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
+            hint=f"the parameters are {', '.join(RUN_PARAMETERS)}")
     requested = params.get("tables") or []
     if isinstance(requested, str):
         requested = [t for t in (part.strip() for part in requested.split(",")) if t]

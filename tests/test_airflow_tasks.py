@@ -70,6 +70,11 @@ def test_refresh_task_refuses_bad_parameters_and_a_missing_spark_connection(tr, 
         StreamTableSelectionOperator(task_id="plan", project=project).execute(context("manual", mode="SOMETIMES"))
     assert StreamTableSelectionOperator(task_id="plan", project=project).execute(context("manual")) == {
         "tables": [name], "mode": "AUTO", "forced": True}
+    # a typo in the REST API's conf is not a declared param, and must not mean "everything"
+    typo = context("manual")
+    typo["dag_run"].conf = {"table": [name], "mode": "FULL"}
+    with pytest.raises(AirflowException, match="refused: unknown run parameter 'table'.*the parameters are tables"):
+        StreamTableSelectionOperator(task_id="plan", project=project).execute(typo)
     # FULL needs Spark: without a Spark connection the provider would fall back to YARN; we refuse
     with pytest.raises(AirflowException, match="Spark connection 'spark_local' is not defined.*AIRFLOW_CONN_SPARK_LOCAL"):
         task.execute(context("manual", tables=[name], mode="FULL"))

@@ -43,6 +43,7 @@ def test_manual_selection_with_upstream_and_downstream(chain):
     ({"tables": 7}, "must be a list"),
     ({"mode": "FASTER"}, "'mode' must be one of AUTO, FULL, DIFFERENTIAL or REINITIALIZE"),
     ({"include_upstream": "yes"}, "'include_upstream' must be true or false"),
+    ({"table": ["s.a"], "mode": "FULL"}, "unknown run parameter 'table'"),
 ])
 def test_bad_parameters_are_refused_with_the_reason(chain, params, text):
     with pytest.raises(InvalidParameterError, match=text.replace("(", r"\(")):

@@ -76,7 +76,7 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
         if unit.members != tuple(self.stream_tables):
             unit = RefreshUnit(tuple(self.stream_tables))
         try:
-            selection = select(project, context.get("params"), manual=_is_manual(context))
+            selection = select(project, _run_parameters(context), manual=_is_manual(context))
         except TrickleError as err:
             raise AirflowException(f"refused: {err}") from None
         members = selection.members(unit)
@@ -230,6 +230,17 @@ def notify(notifier: Any, context: dict) -> None:
     notifier(context)
 
 
+def _run_parameters(context) -> dict:
+    """The run's parameters: the form's values, plus any other key its ``conf`` carried.
+
+    A key the DAG does not declare (``{"table": ...}`` through the REST API) is not a param,
+    but ``select`` must see it to refuse it: ignored, it would mean "every stream table".
+    """
+    run = context.get("dag_run")
+    conf = getattr(run, "conf", None)
+    return {**(dict(conf) if isinstance(conf, dict) else {}), **dict(context.get("params") or {})}
+
+
 def _is_manual(context) -> bool:
     run = context.get("dag_run")
     run_type = str(getattr(run, "run_type", "") or "").lower()
@@ -288,7 +299,7 @@ class StreamTableSelectionOperator(BaseOperator):
 
         manual = _is_manual(context)
         try:
-            selection = select(self.project, context.get("params"), manual=manual)
+            selection = select(self.project, _run_parameters(context), manual=manual)
         except TrickleError as err:
             raise AirflowException(f"refused: {err}") from None
         tables = [n for n in self.project.stream_tables if n in selection.tables]

@@ -215,13 +215,15 @@ class Block(Node):
             sides.append(exp.select(*[p.copy() for p in projected], weight).from_(rows.subquery(alias)))
         return union_all(sides)
 
+    def changed_input_keys(self, v: Versions, key_exprs: list[exp.Expression]) -> exp.Select:
+        """The distinct values of ``key_exprs`` (over this block's FROM items) in Δinput, as ``KEY`` columns."""
+        names = [KEY.format(n) for n in range(len(key_exprs))]
+        delta = self.input_delta(v, [k.copy().as_(name) for k, name in zip(key_exprs, names)])
+        return exp.select(*names).distinct().from_(delta.subquery("__trickle_changed"))
+
     def _window_delta(self, v: Versions) -> exp.Query:
         """Δ = −ω(old input | K) + ω(new input | K), K the partitions Δinput touches."""
-        keys = None
-        if self.window_keys:
-            keys = self.input_delta(v, [k.copy().as_(KEY.format(n)) for n, k in enumerate(self.window_keys)])
-            keys = exp.select(*[KEY.format(n) for n in range(len(self.window_keys))]).distinct() \
-                .from_(keys.subquery("__trickle_changed"))
+        keys = self.changed_input_keys(v, self.window_keys) if self.window_keys else None
         sides = []
         for which, sign in (("old", -1), ("new", 1)):
             select = self.template.copy()
@@ -287,8 +289,7 @@ def _changed_keys(node: Node, alias: str, key_exprs: list[exp.Expression], v: Ve
         groups = {g.sql(DIALECT) for g in node.group}
         inner = [outputs.get(e.name) if isinstance(e, exp.Column) and e.table == alias else None for e in key_exprs]
         if all(x is not None and x.sql(DIALECT) in groups for x in inner):
-            delta = node.input_delta(v, [x.copy().as_(name) for x, name in zip(inner, names)])
-            return exp.select(*names).distinct().from_(delta.subquery("__trickle_changed"))
+            return node.changed_input_keys(v, inner)
     return exp.select(*[k.copy().as_(name) for k, name in zip(key_exprs, names)]).distinct() \
         .from_(node.delta(v).subquery(alias))
 

@@ -55,7 +55,7 @@ def union_to_distinct(query: exp.Expression) -> exp.Expression:
     def swap(node):
         if isinstance(node, exp.Union) and node.args.get("distinct"):
             left_names = _output_names(node.left)
-            inputs = [union_to_distinct(q.copy()) for q in _union_inputs(node)]
+            inputs = [q.copy() for q in _union_inputs(node)]  # nested DISTINCTs: normalize's next round
             inner = inputs[0]
             for other in inputs[1:]:
                 inner = exp.union(inner, other, distinct=False)
@@ -121,10 +121,9 @@ def subqueries_to_joins(query: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.In) and not node.args.get("query"):
             continue
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.In, exp.Any)):
-            body = node.this
-            if not (isinstance(body, exp.Select) and len(body.expressions) == 1 and not body.args.get("group")
-                    and body.expressions[0].find(exp.AggFunc)):
-                raise SubqueryRefused("scalar subquery without a single aggregate (it may return several rows)")
+            if not _one_row_aggregate(node.this):
+                raise SubqueryRefused("scalar subquery without a single aggregate, or with GROUP BY, HAVING or "
+                                      "LIMIT (it may return several rows, or none)")
             continue
         if isinstance(node, exp.Subquery):
             continue  # the query of an IN / ANY: judged with it
@@ -149,19 +148,12 @@ def scalars_in_select_to_cross_joins(query: exp.Expression) -> exp.Expression:
         body = node.this
         if (select is None or isinstance(node.parent, (exp.From, exp.Join, exp.In, exp.Any))
                 or not any(node in projection.find_all(exp.Subquery) for projection in select.expressions)
-                or not isinstance(body, exp.Select) or len(body.expressions) != 1 or body.args.get("group")
-                or not body.expressions[0].find(exp.AggFunc) or select.args.get("group")
+                or not _one_row_aggregate(body) or _is_correlated(body) or select.args.get("group")
                 or any(e.find(exp.AggFunc) for e in select.expressions if not e.find(exp.Subquery))):
             continue
-        if _is_correlated(body):
-            continue
         alias, value = f"__trickle_scalar_{index}", "__trickle_value"
-        one_row = exp.select(body.expressions[0].unalias().copy().as_(value))
-        one_row.set("from_" if "from_" in body.args else "from", (body.args.get("from_") or body.args.get("from")).copy())
-        for key in ("joins", "where", "laterals"):
-            if body.args.get(key):
-                one_row.set(key, body.args[key].copy() if not isinstance(body.args[key], list)
-                            else [j.copy() for j in body.args[key]])
+        one_row = body.copy()
+        one_row.set("expressions", [body.expressions[0].unalias().copy().as_(value)])
         select.join(one_row.subquery(alias), join_type="CROSS", copy=False)
         node.replace(exp.column(value, table=alias))
     return query
@@ -207,6 +199,12 @@ def not_in_to_joins(query: exp.Expression) -> exp.Expression:
                      exp.Is(this=exp.column(value, table=matches), expression=exp.Null())))
         node.replace(exp.Paren(this=condition))
     return query
+
+
+def _one_row_aggregate(body: exp.Expression) -> bool:
+    """Whether a subquery is one aggregate without GROUP BY, HAVING or LIMIT: exactly one row."""
+    return (isinstance(body, exp.Select) and len(body.expressions) == 1 and body.expressions[0].find(exp.AggFunc)
+            is not None and not any(body.args.get(k) for k in ("group", "having", "limit", "offset", "qualify")))
 
 
 def _is_correlated(body: exp.Expression) -> bool:
@@ -264,7 +262,7 @@ def set_operations_to_group_by(query: exp.Expression) -> exp.Expression:
                 *[exp.column(n, table="__trickle_side", quoted=True).as_(m, quoted=True)
                   for n, m in zip(side_names, names)],
                 exp.Literal.number(index).as_(_INPUT),
-            ).from_(set_operations_to_group_by(side.copy()).subquery("__trickle_side")))
+            ).from_(side.copy().subquery("__trickle_side")))  # a nested set operation: normalize's next round
         alias = "__trickle_set"
         keys = [exp.column(n, table=alias, quoted=True) for n in names]
 

@@ -20,13 +20,28 @@ from airflow.sdk import DAG, Asset, Param, TaskGroup, get_parsing_context
 
 from airflow_trickle.operators.refresh import StreamTableRefreshOperator, StreamTableSelectionOperator
 from airflow_trickle.model import RunMode
+from airflow_trickle.planning import table_choices
 from airflow_trickle.project import Project, load_project
-from airflow_trickle.schedule import parse_schedule
+from airflow_trickle.schedule import format_duration, parse_schedule
+from airflow_trickle.sql.parse import pretty_sql
 
 
 def stream_table_asset(project: str, name: str) -> Asset:
     """The Airflow Asset a refresh of ``name`` updates; other DAGs can schedule on it."""
     return Asset(name=f"trickle/{project}/{name}", uri=f"trickle://{project}/{name}", extra={"stream_table": name})
+
+
+def source_table_asset(project: str, name: str) -> Asset:
+    """The Asset of a base table a stream table reads (an inlet: lineage, never updated here)."""
+    return Asset(name=f"trickle/{project}/{name}", uri=f"trickle://{project}/{name}", extra={"source_table": name})
+
+
+def _inlets(project: Project, unit) -> list[Asset]:
+    """What ``unit`` reads, as Assets: so the asset graph shows source -> stream table -> stream table."""
+    read = dict.fromkeys(p for m in unit.members for p in sorted(project.graph.predecessors(m))
+                         if p not in unit.members)
+    return [stream_table_asset(project.name, p) if p in project.stream_tables else source_table_asset(project.name, p)
+            for p in read]
 
 
 def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | None = None,
@@ -45,15 +60,7 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
     if wanted and wanted != settings.dag_id:
         return None
 
-    names = list(project.stream_tables)
-    params = {
-        "tables": Param([], type="array", items={"type": "string", "enum": names}, uniqueItems=True,
-                        title="Stream tables", description="Manual runs refresh these (empty: all of them)."),
-        "mode": Param("AUTO", type="string", enum=[m.value for m in RunMode], title="Refresh mode",
-                      description="AUTO lets each stream table choose; FULL recomputes; REINITIALIZE rebuilds."),
-        "include_upstream": Param(False, type="boolean", title="Include upstream stream tables"),
-        "include_downstream": Param(False, type="boolean", title="Include downstream stream tables"),
-    }
+    params = trigger_form(project)
     default_args = {"retries": settings.retries, "retry_delay": settings.retry_delay}
     if settings.pool:
         default_args["pool"] = settings.pool
@@ -81,8 +88,10 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
                 for unit in (u for u in project.units if u.database == database):
                     tasks[unit] = StreamTableRefreshOperator(
                         task_id=unit.task_name, project=project, stream_tables=list(unit.members),
+                        inlets=_inlets(project, unit),
                         outlets=[stream_table_asset(project.name, m) for m in unit.members],
                         trigger_rule="none_failed", doc_md=_unit_doc(project, unit),
+                        task_display_name=_display_name(unit),
                         freshness_notifier=freshness_notifier)
         for unit, task in tasks.items():
             upstream = {project.unit_of(p) for m in unit.members for p in project.graph.predecessors(m)
@@ -95,8 +104,39 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
     return dag
 
 
+def trigger_form(project: Project) -> dict[str, Param]:
+    """The manual-run form: a pick-list of stream tables (and of whole databases), a mode, two flags.
+
+    Every field may be left empty (``null`` in its type, so the form marks none as required):
+    no table means all of them, no mode means AUTO.  ``tables`` lists its choices as
+    ``examples`` -- what makes Airflow's form draw a multi-select -- rather than as an ``enum``,
+    so a wrong name sent through the REST API is refused by the ``plan`` task in one sentence
+    naming the valid choices, not by a JSON-schema dump.
+    """
+    choices = table_choices(project)
+    modes = [m.value for m in RunMode]
+    return {
+        "tables": Param([], type=["null", "array"], items={"type": "string"}, uniqueItems=True,
+                        examples=list(choices), values_display=choices, title="Stream tables",
+                        description="Refresh these now (empty: every stream table). "
+                                    "'all of <database>' picks every stream table of that database."),
+        "mode": Param(RunMode.AUTO.value, type=["null", "string"], enum=[*modes, None],
+                      values_display={"None": RunMode.AUTO.value}, title="Refresh mode",
+                      description="AUTO lets each stream table choose; FULL recomputes; DIFFERENTIAL applies "
+                                  "the change only; REINITIALIZE rebuilds the storage."),
+        "include_upstream": Param(False, type=["null", "boolean"], title="Include upstream stream tables",
+                                  description="Also refresh the stream tables the selected ones read."),
+        "include_downstream": Param(False, type=["null", "boolean"], title="Include downstream stream tables",
+                                    description="Also refresh the stream tables that read the selected ones."),
+    }
+
+
 def freshness_deadline(project: Project):
-    """The Deadline Alert of every run: finish within the tightest freshness target of the project."""
+    """The Deadline Alert of every run: finish within the tightest freshness target of the project.
+
+    Airflow 3.3 has deadlines per run, not per task, so the alert covers the run as a whole; its
+    callback then records a miss only for the stream tables whose data is older than their own
+    target (see :mod:`airflow_trickle.notifiers.freshness`)."""
     targets = {n: project.freshness_target(n) for n in project.stream_tables}
     targets = {n: t for n, t in targets.items() if t is not None}
     if not targets:
@@ -109,7 +149,7 @@ def freshness_deadline(project: Project):
         interval=tightest,
         callback=AsyncCallback(project.airflow.deadline_callback, kwargs={
             "warehouse": project.warehouse, "project": project.name, "settings": project.settings,
-            "tables": sorted(n for n, t in targets.items() if t == tightest),
+            "targets": {n: int(t.total_seconds()) for n, t in sorted(targets.items())},
             "interval_seconds": int(tightest.total_seconds())}),
         name=f"freshness of {project.name}")
 
@@ -127,17 +167,36 @@ def _doc(project: Project) -> str:
              "| stream table | schedule | effective period | freshness target | refresh task |",
              "|---|---|---|---|---|"]
     for name, spec in project.stream_tables.items():
-        lines.append(f"| `{name}` | {spec.schedule or 'CALCULATED'} | {project.periods.get(name) or '-'} | "
-                     f"{project.freshness_target(name) or '-'} | `{project.unit_of(name).task_id}` |")
+        lines.append(f"| `{name}` | {spec.schedule or 'CALCULATED'} | {_duration_or_dash(project.periods.get(name))} | "
+                     f"{_duration_or_dash(project.freshness_target(name))} | `{project.unit_of(name).task_id}` |")
     lines += ["", "Trigger with parameters to refresh a selection now: `tables`, `mode`, "
               "`include_upstream`, `include_downstream`."]
     return "\n".join(lines)
 
 
+def _duration_or_dash(value) -> str:
+    return format_duration(value) if value is not None else "-"
+
+
+def _display_name(unit) -> str:
+    """``order_lines``; an atomic group: ``region_report (atomic: big_orders, region_revenue, region_report)``."""
+    short = [m.rsplit(".", 1)[-1] for m in unit.members]
+    return f"{short[-1]} (atomic: {', '.join(short)})" if unit.is_group else short[0]
+
+
 def _unit_doc(project: Project, unit) -> str:
-    if not unit.is_group:
-        spec = project.stream_tables[unit.members[0]]
-        return f"Refreshes `{spec.name}`:\n\n```sql\n{spec.query}\n```"
-    return (f"Atomic diamond group (converges at {', '.join(unit.convergence_points)}): refreshes "
-            + ", ".join(f"`{m}`" for m in unit.members) + f" in this order in one Spark job; "
-            f"fires on the {unit.schedule_policy} member's schedule.")
+    """The task's doc: per stream table its description, mode, schedule, target, asset and SQL."""
+    parts = []
+    if unit.is_group:
+        parts.append(f"**Atomic diamond group** (converges at {', '.join(unit.convergence_points)}): refreshes "
+                     + ", ".join(f"`{m}`" for m in unit.members) + " in this order, all or nothing; fires on the "
+                     f"{unit.schedule_policy} member's schedule.")
+    for name in unit.members:
+        spec = project.stream_tables[name]
+        asset = stream_table_asset(project.name, name)
+        parts += [f"### `{name}`", spec.description or "",
+                  f"Mode **{spec.refresh_mode}** · schedule **{spec.schedule or 'CALCULATED'}** "
+                  f"(every {_duration_or_dash(project.periods.get(name))}) · freshness target "
+                  f"**{_duration_or_dash(project.freshness_target(name))}** · asset `{asset.uri}`",
+                  f"```sql\n{pretty_sql(spec.query)}\n```"]
+    return "\n\n".join(p for p in parts if p)

@@ -14,6 +14,7 @@ from airflow_trickle.graph import downstream_of, upstream_of
 from airflow_trickle.model import RunMode
 from airflow_trickle.names import qualify_name
 from airflow_trickle.project import Project, RefreshUnit
+from airflow_trickle.schedule import format_duration
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,33 @@ class Selection:
 
 #: The parameters of a manual run (the trigger form's fields).
 RUN_PARAMETERS = ("tables", "mode", "include_upstream", "include_downstream")
+
+#: How the form names every stream table of one database (the DAG's task group): ``shop.*``.
+GROUP_SUFFIX = ".*"
+
+
+def table_choices(project: Project) -> dict[str, str]:
+    """The trigger form's choices for ``tables``: each stream table, then each database group.
+
+    Values map to the labels the form shows (``{"shop.*": "all of shop"}``); ``select`` accepts
+    every value.
+
+    >>> from airflow_trickle.project import define_project
+    >>> table_choices(define_project("p", warehouse="/wh", stream_tables=[
+    ...     {"name": "s.a", "query": "SELECT * FROM s.src"}, {"name": "s.b", "query": "SELECT * FROM s.a"}]))
+    {'s.a': 's.a', 's.b': 's.b', 's.*': 'all of s (2 stream tables)'}
+    """
+    choices = {name: name for name in project.stream_tables}
+    for database, members in _databases(project).items():
+        choices[database + GROUP_SUFFIX] = f"all of {database} ({len(members)} stream table{'s' * (len(members) > 1)})"
+    return choices
+
+
+def _databases(project: Project) -> dict[str, list[str]]:
+    databases: dict[str, list[str]] = {}
+    for name in project.stream_tables:
+        databases.setdefault(name.rsplit(".", 1)[0], []).append(name)
+    return databases
 
 
 def select(project: Project, params: dict | None, *, manual: bool) -> Selection:
@@ -59,12 +87,16 @@ def select(project: Project, params: dict | None, *, manual: bool) -> Selection:
     if not isinstance(requested, list) or not all(isinstance(t, str) for t in requested):
         raise InvalidParameterError(f"'tables' must be a list of stream table names, not {requested!r}")
     chosen = set()
+    databases = _databases(project)
     for text in requested:
+        if text.strip().endswith(GROUP_SUFFIX) and text.strip()[:-len(GROUP_SUFFIX)] in databases:
+            chosen.update(databases[text.strip()[:-len(GROUP_SUFFIX)]])
+            continue
         name = _known_name(text, names)
         if name is None:
             raise InvalidParameterError(
                 f"'tables' names {text!r}, which is not a stream table of project {project.name!r}",
-                hint=f"choose from {', '.join(names)}")
+                hint=f"choose from {', '.join(table_choices(project))}")
         chosen.add(name)
     if not chosen:
         chosen = set(names)
@@ -74,7 +106,7 @@ def select(project: Project, params: dict | None, *, manual: bool) -> Selection:
         raise InvalidParameterError(f"'mode' must be one of {RunMode.choices()}, not {params.get('mode')!r}") from None
     expanded = set(chosen)
     for flag, neighbours in (("include_upstream", upstream_of), ("include_downstream", downstream_of)):
-        value = params.get(flag, False)
+        value = False if params.get(flag) is None else params[flag]  # the form sends null when left empty
         if not isinstance(value, bool):
             raise InvalidParameterError(f"'{flag}' must be true or false, not {value!r}")
         if value:
@@ -112,9 +144,12 @@ def is_due(project: Project, unit: RefreshUnit, last_refreshes: dict[str, dateti
     else:
         fires = bool(due)
     if fires:
-        return True, f"due ({schedule.text or 'every ' + str(schedule.nominal_period())})"
+        return True, f"due (schedule {schedule.text or format_duration(schedule.nominal_period())})"
+    nexts = [schedule.next_due(last_refreshes[m]) for m in unit.members]
+    next_due = max(nexts) if unit.schedule_policy == "slowest" and unit.is_group else min(nexts)
     newest = max(last_refreshes[m] for m in unit.members)
-    return False, f"not due: last refreshed {newest:%Y-%m-%d %H:%M:%S} UTC, schedule {schedule.text or schedule.every}"
+    return False, (f"not due (next in {format_duration(next_due - probe)}; last refreshed "
+                   f"{newest:%Y-%m-%d %H:%M:%S} UTC, schedule {schedule.text or format_duration(schedule.every)})")
 
 
 @dataclass(frozen=True)
@@ -129,7 +164,7 @@ class FreshnessMiss:
     @property
     def message(self) -> str:
         return (f"stream table '{self.name}' missed its freshness target: its data is "
-                f"{_duration(self.staleness)} old (target {_duration(self.target)}, "
+                f"{format_duration(self.staleness)} old (target {format_duration(self.target)}, "
                 f"data as of {self.data_timestamp:%Y-%m-%d %H:%M:%S} UTC)")
 
     def as_dict(self) -> dict:
@@ -145,10 +180,3 @@ def freshness_miss(name: str, target: timedelta | None, data_timestamp: datetime
         return None
     staleness = now - data_timestamp
     return FreshnessMiss(name, staleness, target, data_timestamp) if staleness > target else None
-
-
-def _duration(value: timedelta) -> str:
-    seconds = int(value.total_seconds())
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return "".join(f"{v}{u}" for v, u in ((hours, "h"), (minutes, "m"), (seconds, "s")) if v) or "0s"

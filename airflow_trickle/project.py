@@ -37,7 +37,7 @@ from airflow_trickle.graph import build_graph, consistency_groups, effective_per
 from airflow_trickle.graph import topological_order
 from airflow_trickle.model import RefreshMode
 from airflow_trickle.names import qualify_name
-from airflow_trickle.schedule import Schedule, parse_schedule
+from airflow_trickle.schedule import Schedule, format_duration, parse_schedule
 from airflow_trickle.sql.parse import nondeterministic_calls, source_names
 
 DIAMOND_CONSISTENCY = ("none", "atomic")
@@ -165,7 +165,9 @@ class AirflowSettings:
     deadline: bool = True
     #: Dotted path of an async callable run by the triggerer when a run misses its deadline.
     deadline_callback: str = "airflow_trickle.notifiers.freshness.record_deadline_miss"
-    max_active_runs: int = 1
+    #: More than one, so a manual run starts while a scheduled run is in flight; two runs never
+    #: refresh one stream table at once (:mod:`airflow_trickle.refresh.lock`).
+    max_active_runs: int = 3
     retries: int = 0
     retry_delay: timedelta = timedelta(seconds=30)
     start_date: str = "2024-01-01"
@@ -224,7 +226,7 @@ class Project:
         periods = [p for p in (self.schedule_of(u).nominal_period() for u in self.units) if p]
         if not periods:
             return None
-        return f"{int(min(periods).total_seconds())}s"
+        return format_duration(min(periods))
 
     def to_job_spec(self, names: list[str]) -> dict:
         """What a Spark refresh job needs to create (when missing) and refresh ``names``."""

@@ -38,6 +38,14 @@ class Schedule:
             return it.get_next(datetime) - first
         return None
 
+    def next_due(self, last_refresh: datetime) -> datetime | None:
+        """When a refresh last done at ``last_refresh`` is due again (``None``: CALCULATED)."""
+        if self.every is not None:
+            return last_refresh + self.every
+        if self.cron is not None:
+            return croniter(self.cron, last_refresh).get_next(datetime)
+        return None
+
     def is_due(self, last_refresh: datetime | None, now: datetime) -> bool:
         """True when a refresh last done at ``last_refresh`` is due again at ``now``."""
         if last_refresh is None:
@@ -47,6 +55,19 @@ class Schedule:
         if self.cron is not None:
             return croniter(self.cron, last_refresh).get_next(datetime) <= now
         return False
+
+
+def format_duration(value: timedelta) -> str:
+    """A duration as schedules are written, the one format of docs, logs and the UI.
+
+    >>> format_duration(timedelta(minutes=90)), format_duration(timedelta(seconds=61)), format_duration(timedelta(0))
+    ('1h30m', '1m1s', '0s')
+    """
+    seconds = max(0, int(value.total_seconds()))
+    days, seconds = divmod(seconds, 86400)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    return "".join(f"{v}{u}" for v, u in ((days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s")) if v) or "0s"
 
 
 def parse_schedule(text: str | None, *, stream_table: str | None = None) -> Schedule:

@@ -60,9 +60,9 @@ def _remove_location(spark, location: str) -> None:
     filesystem with the embedded session or the local Spark service); a remote one through
     Hadoop where a classic session offers it.  Over Spark Connect to a remote store the
     metastore's managed ``DROP TABLE`` already removed them."""
-    from airflow_trickle.spark.session import _local_path, is_connect
+    from airflow_trickle.spark.session import local_path, is_connect
 
-    local = _local_path(location)
+    local = local_path(location)
     if local:
         shutil.rmtree(local, ignore_errors=True)
         return

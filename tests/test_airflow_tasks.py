@@ -113,11 +113,54 @@ def test_sensor_and_deferrable_trigger_wait_for_data_beyond_the_frontier(tr, str
         only_other.poke({})
 
 
-def test_deadline_callback_records_the_miss(tr, stream_table):
+def test_deadline_callback_records_only_stale_tables_once_per_run(tr, stream_table):
     from airflow_trickle.notifiers.freshness import record_deadline_miss
 
     name, _ = stream_table
-    asyncio.run(record_deadline_miss(context={"dag_run": {"run_id": "scheduled_9"}}, warehouse=tr.warehouse,
-                                     project="p", tables=[name], interval_seconds=60))
-    newest = tr.history(name, limit=1)[0]
-    assert newest.action == "FRESHNESS_MISS" and newest.initiated_by == "DEADLINE p/scheduled_9"
+    before = len(tr.history(name, limit=50))
+    # Airflow 3.3 passes the run as DAGRunResponse fields: dag_run_id, dag_id, state
+    run = {"dag_run": {"dag_run_id": "scheduled_9", "dag_id": "trickle_p", "state": "running"}}
+    # the run is late, but the table was refreshed just now: within its target, nothing recorded
+    assert asyncio.run(record_deadline_miss(context=run, warehouse=tr.warehouse, project="p",
+                                            targets={name: 60}, interval_seconds=60)) == []
+    assert len(tr.history(name, limit=50)) == before
+    hour_ago = utcnow() - timedelta(hours=1)
+    tr.catalog.update(name, lambda row: setattr(row, "data_timestamp", hour_ago))
+    for _ in range(2):  # a second alert for the same run records nothing more
+        asyncio.run(record_deadline_miss(context=run, warehouse=tr.warehouse, project="p",
+                                         targets={name: 60}, interval_seconds=60))
+    misses = [h for h in tr.history(name, limit=50) if h.action == "FRESHNESS_MISS"]
+    assert len(misses) == 1 and misses[0].initiated_by == "DEADLINE trickle_p/scheduled_9"
+    assert "its data is 1h" in misses[0].reason and "(target 1m," in misses[0].reason
+
+
+def test_a_manual_run_does_not_wait_for_other_tables_and_waits_out_its_own(tr, stream_table, tmp_path):
+    """A scheduled run in flight holds the refresh lock of the table it is refreshing: a manual run
+    of another table goes ahead at once; a manual run of that table waits, then finds nothing to do."""
+    import threading
+    import time
+
+    from airflow_trickle.operators.refresh import StreamTableRefreshOperator
+    from airflow_trickle.refresh.lock import refresh_lock
+
+    name, project = stream_table
+    task = StreamTableRefreshOperator(task_id="st", project=project, stream_tables=[name])
+    taken, release = threading.Event(), threading.Event()
+
+    def scheduled_refresh():  # stands for the scheduled run's refresh task, mid-refresh
+        with refresh_lock(tr.warehouse, [name]):
+            taken.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=scheduled_refresh)
+    holder.start()
+    assert taken.wait(10)
+    started = time.monotonic()
+    with refresh_lock(tr.warehouse, [name + "_other"]):  # another table: not blocked
+        assert time.monotonic() - started < 1
+    threading.Timer(1.5, release.set).start()
+    started = time.monotonic()
+    with pytest.raises(AirflowSkipException, match=r"skipped: nothing to refresh \(NO_DATA\)"):
+        task.execute(context("manual", tables=[name]))
+    assert time.monotonic() - started >= 1.0  # it waited for the other run's refresh to end
+    holder.join()

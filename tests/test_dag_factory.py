@@ -40,7 +40,19 @@ def test_task_groups_per_database_and_one_task_per_unit(dag):
     assert dag.get_task("shop.order_lines").upstream_task_ids == {"plan"}
     assert {t.trigger_rule for t in dag.tasks if t.task_id != "plan"} == {"none_failed"}
     assert dag.schedule == timedelta(seconds=60)
-    assert dag.max_active_runs == 1 and not dag.catchup
+    assert dag.max_active_runs == 3 and not dag.catchup  # a manual run never queues behind a tick
+    assert group.task_display_name == "region_report (atomic: big_orders, region_revenue, region_report)"
+    assert dag.get_task("shop.order_lines").task_display_name == "order_lines"
+
+
+def test_task_docs_say_what_each_task_refreshes(dag):
+    doc = dag.get_task("shop.order_lines").doc_md
+    for text in ("Orders with their customer's name and region.", "Mode **DIFFERENTIAL**", "schedule **1m**",
+                 "freshness target **2m**", "trickle://shop/shop.order_lines", "SELECT\n  o.id,"):
+        assert text in doc, doc
+    group_doc = dag.get_task("shop.atomic__region_report").doc_md
+    assert group_doc.startswith("**Atomic diamond group**") and group_doc.count("```sql") == 3
+    assert "| `shop.order_lines` | 1m | 1m | 2m | `shop.order_lines` |" in dag.doc_md
 
 
 def test_each_refresh_task_updates_one_asset_per_stream_table(dag):
@@ -48,30 +60,60 @@ def test_each_refresh_task_updates_one_asset_per_stream_table(dag):
     assert [a.uri for a in group.outlets] == ["trickle://shop/shop.big_orders", "trickle://shop/shop.region_revenue",
                                              "trickle://shop/shop.region_report"]
     assert [a.extra["stream_table"] for a in dag.get_task("shop.order_lines").outlets] == ["shop.order_lines"]
+    # inlets: what each task reads, so the asset graph shows source -> stream table -> stream table
+    assert [a.uri for a in dag.get_task("shop.order_lines").inlets] == ["trickle://shop/shop.customers",
+                                                                        "trickle://shop/shop.orders"]
+    assert [a.extra for a in dag.get_task("shop.order_lines").inlets] == [{"source_table": "shop.customers"},
+                                                                          {"source_table": "shop.orders"}]
+    assert [a.uri for a in dag.get_task("shop.top_customers").inlets] == ["trickle://shop/shop.customer_totals"]
+    assert {a.uri for a in group.inlets} == {"trickle://shop/shop.customers", "trickle://shop/shop.orders"}
 
 
-def test_trigger_form_offers_only_the_projects_tables_and_modes(dag):
+def test_trigger_form_is_a_pick_list_with_nothing_required(dag):
+    """Airflow's form draws a multi-select for an array with top-level ``examples``, and marks a
+    field required unless its type admits null (airflow/ui FlexibleForm, 3.3)."""
     from airflow.sdk.exceptions import ParamValidationError
 
     from airflow_trickle.project import load_project
 
     params = dag.params
-    assert params.get_param("tables").schema["items"]["enum"] == list(load_project(EXAMPLE).stream_tables)
-    assert params.get_param("mode").schema["enum"] == ["AUTO", "FULL", "DIFFERENTIAL", "REINITIALIZE"]
+    tables = params.get_param("tables").schema
+    names = list(load_project(EXAMPLE).stream_tables)
+    assert tables["examples"] == [*names, "shop.*"] and "enum" not in tables["items"]
+    assert tables["values_display"]["shop.*"] == "all of shop (6 stream tables)"
+    assert params.get_param("mode").schema["enum"] == ["AUTO", "FULL", "DIFFERENTIAL", "REINITIALIZE", None]
+    for key in ("tables", "mode", "include_upstream", "include_downstream"):
+        assert "null" in params.get_param(key).schema["type"], key
     chosen = copy.deepcopy(params)
     chosen.update({"tables": ["shop.big_orders"], "mode": "FULL", "include_downstream": True})
     assert chosen.validate() == {"tables": ["shop.big_orders"], "mode": "FULL", "include_upstream": False,
                                  "include_downstream": True}
-    for key, value in (("tables", ["shop.nope"]), ("mode", "FASTER"), ("include_upstream", "yes")):
+    emptied = copy.deepcopy(params)
+    emptied.update({"tables": None, "mode": None, "include_upstream": None, "include_downstream": None})
+    assert emptied.validate() == dict.fromkeys(("tables", "mode", "include_upstream", "include_downstream"))
+    for key, value in (("mode", "FASTER"), ("include_upstream", "yes"), ("tables", "shop.orders")):
         with pytest.raises(ParamValidationError, match=key):
             copy.deepcopy(params)[key] = value
+
+
+def test_every_choice_of_the_form_is_accepted_by_plan(dag):
+    from airflow_trickle.planning import select
+    from airflow_trickle.project import load_project
+
+    project = load_project(EXAMPLE)
+    for choice in dag.params.get_param("tables").schema["examples"]:
+        assert select(project, {"tables": [choice]}, manual=True).tables
+    assert select(project, {"tables": ["shop.*"]}, manual=True).tables == set(project.stream_tables)
+    empty = {"tables": None, "mode": None, "include_upstream": None, "include_downstream": None}
+    assert select(project, empty, manual=True).tables == set(project.stream_tables)
 
 
 def test_deadline_alert_is_the_tightest_freshness_target(dag):
     (alert,) = dag.deadline
     assert alert.interval == timedelta(minutes=2)  # order_lines: 2 x 1m
     assert alert.callback.path == "airflow_trickle.notifiers.freshness.record_deadline_miss"
-    assert alert.callback.kwargs["tables"] == ["shop.order_lines"]
+    targets = alert.callback.kwargs["targets"]  # every table's own target: the callback checks each
+    assert targets["shop.order_lines"] == 120 and targets["shop.top_customers"] == 600 and len(targets) == 6
     assert alert.callback.kwargs["warehouse"] == "/data/wh"
 
 

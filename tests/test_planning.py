@@ -1,6 +1,7 @@
 """What a run refreshes: trigger-form parameters, due checks, freshness (pure, milliseconds)."""
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -35,10 +36,13 @@ def test_manual_selection_with_upstream_and_downstream(chain):
     everything = select(chain, {"tables": [], "mode": "reinitialize"}, manual=True)
     assert everything.tables == {"s.a", "s.b", "s.c", "s.x"} and everything.mode == "REINITIALIZE"
     assert everything.forced
+    assert select(chain, {"tables": ["s.*"]}, manual=True).tables == {"s.a", "s.b", "s.c", "s.x"}
 
 
 @pytest.mark.parametrize("params, text", [
-    ({"tables": ["s.nope"]}, "'s.nope', which is not a stream table of project 'p'"),
+    ({"tables": ["s.nope"]}, "'s.nope', which is not a stream table of project 'p' (choose from s.a, s.b, s.c, "
+                             "s.x, s.*)"),
+    ({"tables": ["t.*"]}, "'t.*', which is not a stream table"),
     ({"tables": ["not a name!"]}, "not a name!"),
     ({"tables": 7}, "must be a list"),
     ({"mode": "FASTER"}, "'mode' must be one of AUTO, FULL, DIFFERENTIAL or REINITIALIZE"),
@@ -46,7 +50,7 @@ def test_manual_selection_with_upstream_and_downstream(chain):
     ({"table": ["s.a"], "mode": "FULL"}, "unknown run parameter 'table'"),
 ])
 def test_bad_parameters_are_refused_with_the_reason(chain, params, text):
-    with pytest.raises(InvalidParameterError, match=text.replace("(", r"\(")):
+    with pytest.raises(InvalidParameterError, match=re.escape(text)):
         select(chain, params, manual=True)
 
 

@@ -44,7 +44,7 @@ def test_example_project_loads_with_its_graph_units_and_schedules(monkeypatch):
     assert p.periods["shop.customer_totals"] == timedelta(minutes=2)
     assert p.freshness_target("shop.customer_totals") == timedelta(minutes=4)
     assert p.freshness_target("shop.top_customers") == timedelta(minutes=10)  # explicit
-    assert p.tick() == "60s"
+    assert p.tick() == "1m"
     assert "GROUP BY customer" in p.stream_tables["shop.customer_totals"].query  # from query_file
     assert p.config().differential_max_change_ratio == 1.0
 

@@ -104,15 +104,23 @@ class TrickleHook(BaseHook):
 
         return refresh_without_spark(self.catalog, name, initiated_by=initiated_by)
 
-    def record_freshness_miss(self, miss, *, initiated_by: str) -> None:
-        """Append a FRESHNESS_MISS row to the refresh history."""
+    def record_freshness_miss(self, miss, *, initiated_by: str, run_id: str | None = None) -> bool:
+        """Append a FRESHNESS_MISS row to the refresh history, unless ``run_id`` already has one.
+
+        Returns whether a row was written: a table misses at most once per DAG run, whether
+        its refresh task or the run's Deadline Alert noticed first.
+        """
         from airflow_trickle.catalog import RefreshRecord
         from airflow_trickle.catalog.model import utcnow
         from airflow_trickle.model import Action, Outcome
 
+        if run_id and any(r.action == Action.FRESHNESS_MISS and f"/{run_id}" in (r.initiated_by or "")
+                          for r in self.catalog.history(miss.name, limit=50)):
+            return False
         now = utcnow()
         st = self.catalog.get(miss.name)
         self.catalog.append_history(RefreshRecord(
             refresh_id=uuid.uuid4().hex, st_name=miss.name, seq=st.refresh_seq if st else 0,
             action=Action.FRESHNESS_MISS, status=Outcome.ALERT, start_time=now, end_time=now, reason=miss.message,
             initiated_by=initiated_by, data_timestamp=miss.data_timestamp))
+        return True

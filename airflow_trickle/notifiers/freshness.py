@@ -7,7 +7,11 @@ Two places notice a miss:
   history and calls the project's ``freshness_notifier`` (any callable taking the task
   context, e.g. an Airflow ``SlackNotifier``/``SmtpNotifier`` instance, or a dotted path);
 * every generated DAG run carries a Deadline Alert; when a run has not finished within the
-  tightest freshness target, the triggerer awaits :func:`record_deadline_miss`.
+  tightest freshness target, the triggerer awaits :func:`record_deadline_miss`, which records
+  a miss for each stream table whose data is then older than its own target (a slow run whose
+  tables are still fresh is logged, not recorded).
+
+Either way a table's miss is recorded once per run, with the run id.
 """
 from __future__ import annotations
 
@@ -17,33 +21,50 @@ import logging
 log = logging.getLogger(__name__)
 
 
-async def record_deadline_miss(context: dict | None = None, *, warehouse: str, project: str, tables: list[str],
-                               interval_seconds: int, settings: dict | None = None, **_: object) -> None:
-    """Deadline Alert callback (runs on the triggerer): log the miss and record it in the history."""
-    await asyncio.to_thread(_record, warehouse, project, tables, interval_seconds, settings or {}, context or {})
+async def record_deadline_miss(context: dict | None = None, *, warehouse: str, project: str,
+                               interval_seconds: int, targets: dict[str, int] | None = None,
+                               tables: list[str] | None = None, settings: dict | None = None,
+                               **_: object) -> list[str]:
+    """Deadline Alert callback (runs on the triggerer): the run is slow; which tables are stale?
+
+    The alert is about the *run*: it did not finish within the project's tightest freshness
+    target.  A stream table only misses when its own data is older than its own target, so
+    each table in ``targets`` (name -> seconds) is checked, and a ``FRESHNESS_MISS`` row is
+    written for the stale ones only -- once per table and run, with the run id.  Returns the
+    tables recorded.  (``tables`` is what DAGs built before ``targets`` existed pass.)
+    """
+    targets = targets if targets is not None else dict.fromkeys(tables or (), interval_seconds)
+    return await asyncio.to_thread(_record, warehouse, project, targets, interval_seconds, settings or {},
+                                   context or {})
 
 
-def _record(warehouse: str, project: str, tables: list[str], interval_seconds: int, settings: dict,
-            context: dict) -> None:
+def _record(warehouse: str, project: str, targets: dict[str, int], interval_seconds: int, settings: dict,
+            context: dict) -> list[str]:
+    from datetime import timedelta
+
     from airflow_trickle.catalog.model import utcnow
     from airflow_trickle.hooks.trickle import TrickleHook
-    from airflow_trickle.planning import FreshnessMiss, freshness_miss
-
-    from datetime import timedelta
+    from airflow_trickle.planning import freshness_miss
+    from airflow_trickle.schedule import format_duration
 
     hook = TrickleHook(warehouse, settings=settings)
     now = utcnow()
-    target = timedelta(seconds=interval_seconds)
-    run = (context.get("dag_run") or {}) if isinstance(context, dict) else {}
-    run_id = run.get("run_id") if isinstance(run, dict) else getattr(run, "run_id", None)
-    for name in tables:
+    run = context.get("dag_run") or {}
+    run = run if isinstance(run, dict) else vars(run)
+    run_id = run.get("dag_run_id") or run.get("run_id") or "?"  # Airflow 3.3 sends DAGRunResponse's fields
+    dag_id = run.get("dag_id") or project
+    stale, fresh = [], []
+    for name, seconds in targets.items():
         st = hook.catalog.get(name)
-        if st is None:
-            continue
-        miss = freshness_miss(name, target, st.data_timestamp, now) or FreshnessMiss(
-            name, now - (st.data_timestamp or now), target, st.data_timestamp or now)
-        log.warning("deadline missed by a run of project %s: %s", project, miss.message)
-        hook.record_freshness_miss(miss, initiated_by=f"DEADLINE {project}/{run_id or '?'}")
+        miss = freshness_miss(name, timedelta(seconds=seconds), st.data_timestamp if st else None, now)
+        if miss is None:
+            fresh.append(name)
+        elif hook.record_freshness_miss(miss, initiated_by=f"DEADLINE {dag_id}/{run_id}", run_id=run_id):
+            stale.append(name)
+    log.warning("run %s of %s did not finish within %s (its tightest freshness target; state %s): %s",
+                run_id, dag_id, format_duration(timedelta(seconds=interval_seconds)), run.get("state", "?"),
+                f"stale: {', '.join(stale)}" if stale else "every stream table is still within its target")
+    return stale
 
 
 def log_freshness_miss(context: dict) -> None:

@@ -32,6 +32,8 @@ from airflow_trickle.project import Project, RefreshUnit, load_project
 
 #: The Spark application every refresh task submits.
 JOB_FILE = str(Path(__file__).resolve().parent.parent / "jobs" / "refresh_job.py")
+#: Its driver's logging: warnings only, so the task log ends with the outcome, not Spark's INFO.
+QUIET_LOGGING = str(Path(JOB_FILE).with_name("log4j2-quiet.properties"))
 
 
 class StreamTableRefreshOperator(SparkSubmitOperator):
@@ -66,10 +68,9 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
     # -- the task -----------------------------------------------------------------------------
 
     def execute(self, context) -> dict:
-        from airflow_trickle.catalog.model import utcnow
         from airflow_trickle.errors import TrickleError
-        from airflow_trickle.hooks.trickle import TrickleHook
-        from airflow_trickle.planning import is_due, select
+        from airflow_trickle.planning import select
+        from airflow_trickle.refresh.lock import refresh_lock
 
         project = self.project
         unit = project.unit_of(self.stream_tables[0])
@@ -81,8 +82,23 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
             raise AirflowException(f"refused: {err}") from None
         members = selection.members(unit)
         if not members:
-            raise AirflowSkipException("not selected in this manual run")
+            raise AirflowSkipException("skipped: not selected in this manual run")
 
+        def waiting(name: str) -> None:
+            self.log.info("%s is being refreshed by another run; waiting for it to finish", name)
+
+        with refresh_lock(project.warehouse, members, on_wait=waiting):
+            # inside the lock: a run that waited sees what the other one did (not due, NO_DATA)
+            outcomes = self._refresh(context, unit, selection, members)
+        self.log.info("%s", summary(outcomes))
+        return outcomes
+
+    def _refresh(self, context, unit: RefreshUnit, selection, members: list[str]) -> dict[str, dict]:
+        from airflow_trickle.catalog.model import utcnow
+        from airflow_trickle.hooks.trickle import TrickleHook
+        from airflow_trickle.planning import is_due
+
+        project = self.project
         hook = TrickleHook(project.warehouse, settings=project.settings)
         tag = _initiated_by(context)
         rows = {m: hook.catalog.get(m) for m in members}
@@ -92,7 +108,7 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
                               tolerance=self._tolerance())
             self.log.info("%s: %s", "+".join(members), why)
             if not due:
-                raise AirflowSkipException(why)
+                raise AirflowSkipException(f"skipped: {why}")
         self._check_freshness(context, hook, rows, now, tag)
 
         outcomes: dict[str, dict] = {}
@@ -107,7 +123,7 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
             self.log.info("%s: %s (%s), no Spark job needed", name, cheap.action, cheap.reason)
         if not needing:
             actions = sorted({o["action"] for o in outcomes.values()})
-            raise AirflowSkipException(f"nothing to refresh ({', '.join(actions)}): "
+            raise AirflowSkipException(f"skipped: nothing to refresh ({', '.join(actions)}): "
                                        + "; ".join(f"{n}: {o['reason']}" for n, o in outcomes.items()))
 
         if not self._submits():
@@ -145,6 +161,7 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
         from airflow_trickle.spark.session import session_conf
 
         conf = session_conf(self.project.config(), self.project.warehouse)
+        conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOGGING}")
         if "://" in self.project.warehouse:  # a remote warehouse is the cluster's own setting
             conf.pop("spark.sql.warehouse.dir", None)
         return conf
@@ -207,7 +224,9 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
             if miss is None:
                 continue
             self.log.warning(miss.message)
-            hook.record_freshness_miss(miss, initiated_by=tag)
+            run_id = getattr(context.get("dag_run"), "run_id", None)
+            if not hook.record_freshness_miss(miss, initiated_by=tag, run_id=run_id):
+                continue  # already recorded for this run (an earlier try, or the run's deadline)
             if self.freshness_notifier:
                 notify(self.freshness_notifier, {**context, "freshness_miss": miss.as_dict()})
 
@@ -219,6 +238,26 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
             name = (getattr(asset, "extra", None) or {}).get("stream_table")
             if name in outcomes:
                 events[asset].extra = outcomes[name]
+
+
+def summary(outcomes: dict[str, dict]) -> str:
+    """One line per stream table for the end of the task log: ``shop.t: DIFFERENTIAL +12 -3 rows``.
+
+    >>> summary({"s.a": {"action": "DIFFERENTIAL", "status": "COMPLETED", "rows_inserted": 12, "rows_deleted": 3},
+    ...          "s.b": {"action": "NO_DATA", "status": "COMPLETED", "reason": "no source changed"}})
+    'refreshed s.a: DIFFERENTIAL +12 -3 rows; s.b: NO_DATA (no source changed)'
+    """
+    parts = []
+    for name, outcome in outcomes.items():
+        text = f"{name}: {outcome.get('action', '?')}"
+        if outcome.get("rows_inserted") is not None or outcome.get("rows_deleted") is not None:
+            text += f" +{outcome.get('rows_inserted') or 0} -{outcome.get('rows_deleted') or 0} rows"
+        elif outcome.get("reason"):
+            text += f" ({outcome['reason']})"
+        if outcome.get("status") not in (None, "COMPLETED"):
+            text += f" [{outcome['status']}]"
+        parts.append(text)
+    return "refreshed " + "; ".join(parts)
 
 
 def notify(notifier: Any, context: dict) -> None:

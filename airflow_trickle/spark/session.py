@@ -83,7 +83,7 @@ def build_session(config: TrickleConfig, warehouse: str):
     """
     from pyspark.sql import SparkSession
 
-    local = _local_path(warehouse)
+    local = local_path(warehouse)
     if local:
         Path(local).mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.master(config.spark_master).appName("airflow_trickle")
@@ -111,7 +111,7 @@ def default_warehouse(spark) -> str:
     return spark.conf.get("spark.sql.warehouse.dir")
 
 
-def _local_path(location: str) -> str | None:
+def local_path(location: str) -> str | None:
     parsed = urlparse(location)
     if parsed.scheme in ("", "file"):
         return os.path.abspath(parsed.path if parsed.scheme else location)
@@ -137,7 +137,7 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
     Tables registered here are *external* (``CREATE TABLE ... LOCATION``): dropping a stream
     table removes its files explicitly (:func:`airflow_trickle.storage.drop_storage_table`).
     """
-    root = _local_path(warehouse)
+    root = local_path(warehouse)
     if not root or not os.path.isdir(root) or not uses_in_memory_catalog(spark):
         return
     on_disk = _tables_on_disk(root)
@@ -236,8 +236,8 @@ def connect_session(address: str, config: TrickleConfig, *, warehouse: str | Non
         except Exception:  # noqa: BLE001 - a static setting: the server was started with its own value
             pass
     if warehouse is not None and uses_in_memory_catalog(spark):
-        served = (_local_path(default_warehouse(spark)) or default_warehouse(spark)).rstrip("/")
-        wanted = (_local_path(warehouse) or warehouse).rstrip("/")
+        served = (local_path(default_warehouse(spark)) or default_warehouse(spark)).rstrip("/")
+        wanted = (local_path(warehouse) or warehouse).rstrip("/")
         if served != wanted:
             spark.stop()
             raise TrickleError(f"the Spark service at {address} serves warehouse {served}, not {wanted}",

@@ -44,6 +44,25 @@ def parse_query(text: str, *, stream_table: str | None = None) -> exp.Query:
     return query
 
 
+def pretty_sql(text: str) -> str:
+    """``text`` laid out one clause per line, for docs and the UI; as written if it does not parse.
+
+    >>> print(pretty_sql("select a, sum(b) as s from t where a > 1 group by a"))
+    SELECT
+      a,
+      SUM(b) AS s
+    FROM t
+    WHERE
+      a > 1
+    GROUP BY
+      a
+    """
+    try:
+        return sqlglot.parse_one(text, read=DIALECT).sql(DIALECT, pretty=True)
+    except Exception:  # noqa: BLE001 - a display helper: the text itself is the fallback
+        return text.strip()
+
+
 def source_tables(query: exp.Expression) -> list[exp.Table]:
     """The table nodes of ``query`` that name stored tables (CTE references excluded), in order.
 

@@ -223,8 +223,11 @@ class Trickle:
         """One summary row per stream table (pg_trickle's ``pgt_status``)."""
         from airflow_trickle.catalog.model import utcnow
 
+        from airflow_trickle.overview import freshness_targets
+
         tables = [self.get(name)] if name else self.catalog.list()
         now = utcnow()
+        targets = freshness_targets(self.catalog)  # the Airflow UI's Stream tables page uses the same
         return [{
             "name": st.name,
             "status": st.status,
@@ -234,6 +237,7 @@ class Trickle:
             "is_populated": st.is_populated,
             "data_timestamp": st.data_timestamp,
             "staleness_s": round((now - st.data_timestamp).total_seconds(), 1) if st.data_timestamp else None,
+            "freshness_target_s": targets[st.name].total_seconds() if targets.get(st.name) else None,
             "consecutive_errors": st.consecutive_errors,
             "frontier": st.frontier,
             "mode_reason": st.mode_reason,

@@ -188,7 +188,7 @@ def _verb(tr, args) -> int:
     elif args.verb == "status":
         _emit(args, tr.status(args.name),
               columns=["name", "status", "effective_mode", "schedule", "is_populated", "staleness_s",
-                       "consecutive_errors", "frontier"])
+                       "freshness_target_s", "consecutive_errors", "frontier"])
     elif args.verb == "alter":
         kwargs = {}
         if args.schedule is not None:

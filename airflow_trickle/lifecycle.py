@@ -53,8 +53,15 @@ def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bo
 
 
 def install(env, st: StreamTable, definition: Definition, *, replace: bool) -> None:
-    """Choose the storage layout, prepare the sources' change feeds, create (or replace) the
-    storage table and write the catalog rows: the step create and ALTER ... query share."""
+    """Choose the storage layout, prepare the sources' change feeds and write the catalog rows:
+    the step create and ALTER ... query share.
+
+    A create makes the (empty) storage table.  ALTER (``replace``) leaves the stored rows as they
+    are and marks the row ``needs_reinit``: the refresh that follows replaces them with the new
+    query's in one Delta commit (a diff when the columns stay, an atomic replace when they
+    change), so readers see the old rows, then the new -- never an empty table; an ALTER
+    interrupted before that refresh is finished by the next one.
+    """
     from airflow_trickle.storage import create_storage_table
 
     if st.effective_mode == RefreshMode.DIFFERENTIAL:
@@ -66,7 +73,10 @@ def install(env, st: StreamTable, definition: Definition, *, replace: bool) -> N
     st.storage.blockers = list(definition.blockers)
     st.storage.dup_type = "bigint"  # copy numbers per refresh: appends never read the table
     cdc_modes = prepare_change_feeds(env, definition)
-    create_storage_table(env.spark, st.name, definition.output_columns, st.storage, replace=replace)
+    if replace:
+        st.needs_reinit = True
+    else:
+        create_storage_table(env.spark, st.name, definition.output_columns, st.storage)
     st.location = table_location(env.spark, st.name)
     dependencies = [_dependency_row(definition, source, _location(env, source), cdc_modes[source.name])
                     for source in definition.sources.values()]
@@ -180,8 +190,9 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
 
 
 def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None) -> StreamTable:
-    """Validate ``query`` like a create (nothing changes if it is refused), then rebuild the
-    storage and repopulate it.  The output columns may change only while nothing reads it."""
+    """Validate ``query`` like a create (nothing changes if it is refused), then replace the
+    stored rows with the new query's in one commit (see :func:`install`).  The output columns
+    may change only while nothing reads it."""
     env.sync()
     tables = env.catalog.list()
     dependencies = env.catalog.dependencies()
@@ -200,6 +211,9 @@ def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None) ->
             hint="keep the columns, or drop the readers first")
     new = stream_table_row(definition, st.options)
     new.st_id, new.refresh_seq, new.created_at = st.st_id, st.refresh_seq, st.created_at
+    # what is stored is still the old query's rows at the old frontier, until the refresh below
+    new.is_populated, new.frontier, new.data_timestamp = st.is_populated, dict(st.frontier), st.data_timestamp
+    new.output_columns = list(st.output_columns)
     install(env, new, definition, replace=True)
     env.refresh_stream_table(st.name, initiated_by="ALTER")
     return env.get(st.name)

@@ -31,15 +31,30 @@ TABLE_PROPERTIES = {
 }
 
 
-def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: StorageLayout, *,
-                         replace: bool = False) -> None:
-    """Create (or, keeping its history, replace) the Delta table behind a stream table."""
+def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: StorageLayout) -> None:
+    """Create the Delta table behind a stream table (empty; :func:`replace_storage_sql` replaces it)."""
     column_ddl = ", ".join(f"`{col}` {kind}" for col, kind in columns)
     hidden_ddl = ", ".join(f"`{col}` {kind} NOT NULL" if col in (ROW_ID, DUP) else f"`{col}` {kind}"
                            for col, kind in storage.hidden_columns())
     props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
-    verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
-    spark.sql(f"{verb} {quote_name(name)} ({column_ddl}, {hidden_ddl}) USING delta TBLPROPERTIES ({props})")
+    spark.sql(f"CREATE TABLE {quote_name(name)} ({column_ddl}, {hidden_ddl}) USING delta TBLPROPERTIES ({props})")
+
+
+def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: StorageLayout) -> str:
+    """One statement that replaces the storage table with ``rows_sql``'s rows, in ONE commit.
+
+    For a REINITIALIZE whose columns changed (an ALTER of the query, a source's schema): readers
+    see the old table, then the new one -- never an empty table between a replace and a refill.
+    ``rows_sql`` yields the visible ``columns`` and the hidden ones by name (the source of a
+    FULL refresh's MERGE); the table keeps its location, history and properties.  A CTAS
+    cannot declare NOT NULL, so the identity columns of a replaced table are nullable (they
+    are never NULL: a hash and a row number).
+    """
+    visible = ", ".join(f"r.`{c}`" for c in columns)
+    hidden = ", ".join(f"CAST(r.`{c}` AS {kind}) AS `{c}`" for c, kind in storage.hidden_columns())
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+    return (f"CREATE OR REPLACE TABLE {quote_name(name)} USING delta TBLPROPERTIES ({props}) "
+            f"AS SELECT {visible}, {hidden} FROM ({rows_sql}) AS r")
 
 
 def drop_storage_table(spark, name: str) -> None:

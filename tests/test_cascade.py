@@ -201,6 +201,67 @@ def test_alter_query_rebuilds_and_repopulates(tr, db):
     assert visible(tr, f"{db}.reader") == [(1,)]
 
 
+READER = """
+import json, os, sys, time
+from deltalake import DeltaTable
+location, stop = sys.argv[1], sys.argv[2]
+seen = {}
+while not os.path.exists(stop):
+    try:
+        table = DeltaTable(location)
+        data = table.to_pyarrow_table()
+        seen[table.version()] = [data.num_rows, sorted(c for c in data.column_names if not c.startswith("__trickle"))]
+    except Exception as err:  # a read racing a commit: try again
+        seen.setdefault("errors", []).append(str(err)[:200])
+    time.sleep(0.02)
+print(json.dumps(seen))
+"""
+
+
+def test_alter_query_replaces_the_rows_in_one_commit_and_readers_never_see_an_empty_table(tr, db, tmp_path):
+    """Seed 003: readers of a stream table whose query is altered see the old rows or the new
+    ones.  Another process reads the storage table (delta-rs) throughout three ALTERs: same
+    columns (a diff), new columns (an atomic replace), a new layout (bag -> aggregate)."""
+    import json
+    import subprocess
+    import sys
+
+    from airflow_trickle.deltalog import latest_version
+
+    name = f"{db}.shown"
+    tr.sql(f"CREATE TABLE {db}.a (k INT, v INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.a VALUES (1, 10), (2, 20), (2, 20), (3, NULL)")
+    tr.create_stream_table(name, f"SELECT k, v FROM {db}.a WHERE v > 0", schedule="1m")
+    location = tr.get(name).location
+    stop = tmp_path / "stop"
+    reader = subprocess.Popen([sys.executable, "-c", READER, location, str(stop)], stdout=subprocess.PIPE, text=True)
+    operations = []
+    try:
+        for query in (f"SELECT k, v FROM {db}.a WHERE v > 15",                 # same columns: a diff
+                      f"SELECT k, v, v * 2 AS w FROM {db}.a WHERE v > 15",     # new columns: replaced
+                      f"SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {db}.a GROUP BY k"):  # new layout
+            before = latest_version(location)
+            tr.alter_stream_table(name, query=query)
+            assert latest_version(location) == before + 1, query  # one data commit
+            operations.append(tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["operation"])
+            assert visible(tr, name) == oracle(tr, name), query
+            assert not tr.get(name).needs_reinit
+    finally:
+        stop.touch()
+        seen = json.loads(reader.communicate(timeout=60)[0])
+    assert operations == ["MERGE", "CREATE OR REPLACE TABLE AS SELECT", "CREATE OR REPLACE TABLE AS SELECT"]
+    assert visible(tr, name) == [(1, 1, 10), (2, 2, 40), (3, 1, None)]
+    errors = seen.pop("errors", [])
+    assert len(errors) < 5, errors
+    assert len(seen) >= 2, seen  # the reader saw the table change under it
+    assert all(count > 0 for count, _ in seen.values()), seen  # never an empty table
+    assert {tuple(columns) for _, columns in seen.values()} <= {("k", "v"), ("k", "v", "w"), ("k", "n", "s")}
+    # the replaced table (nullable identity columns, new layout) refreshes DIFFERENTIALly
+    tr.sql(f"INSERT INTO {db}.a VALUES (1, 5), (4, 1)")
+    assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+    assert visible(tr, name) == oracle(tr, name) == [(1, 2, 15), (2, 2, 40), (3, 1, None), (4, 1, 1)]
+
+
 def test_monotone_cycle_refreshes_to_a_fixpoint(tr, db):
     """Transitive closure as a cycle: hop = edges ∪ (reach ⋈ edges), reach = hop."""
     tr.config.allow_circular = True

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from airflow_trickle.catalog import StreamTable
 from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.deltalog import latest_version, recorded_refreshes
+from airflow_trickle.deltalog import latest_version, recorded_refreshes, row_count
 from airflow_trickle.errors import RefreshError
 from airflow_trickle.model import Action, RefreshMode
 from airflow_trickle.names import quote_name
@@ -30,6 +30,7 @@ from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.spark.delta import refresh_commit
 from airflow_trickle.sql.parse import DIALECT, parse_query
 from airflow_trickle.sql.rewrite import pin_sources
+from airflow_trickle.storage import replace_storage_sql
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,7 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
                                    hint="the stream table is strict (options: strict); refresh it FULL")
             action, reason = Action.FULL, fallback
             log.info("%s: FULL instead of DIFFERENTIAL: %s", st.name, fallback)
-    if action == Action.REINITIALIZE:
-        _reinitialize_storage(env, st)
+    replacing = action == Action.REINITIALIZE and _storage_changes(env, st)
     metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
     if estimate is not None:
@@ -104,12 +104,15 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
         with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
             return env.spark.sql(sql).first()
 
-    version_before = latest_version(st.location) if appending else None
+    version_before = latest_version(st.location) if appending or replacing else None
+    stored_before = row_count(st.location) if replacing else 0
     try:
         with clock.phase("commit"):
-            metrics = with_retries(env.config, lambda: commit(merge_sql or full_refresh_sql(env, st, current)))
-            if appending:  # an INSERT returns no metrics: read them from its commit
-                metrics = _append_metrics(st, version_before)
+            sql = merge_sql or (replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns,
+                                                    st.storage) if replacing else full_refresh_sql(env, st, current))
+            metrics = with_retries(env.config, lambda: commit(sql))
+            if appending or replacing:  # an INSERT or a CTAS returns no metrics: read them from its commit
+                metrics = _written_metrics(st, version_before, deleted=stored_before)
     except Exception as err:  # noqa: BLE001 - only an unreadable change feed or a change-row error is recovered
         evaluation = is_evaluation_error(err)
         if merge_sql is None or not (evaluation or is_change_feed_unavailable(err)):
@@ -140,6 +143,7 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
 
         def record(row: StreamTable) -> None:
             row.frontier, row.refresh_seq, row.is_populated, row.needs_reinit = current, seq, True, False
+            row.output_columns = list(st.output_columns)
             row.consecutive_errors = 0
             mark_fresh(row, data_timestamp)
 
@@ -205,24 +209,27 @@ def _remember_source_schemas(env, st: StreamTable) -> None:
                                            schema_fingerprint(_visible_columns(env.spark, dep.source_name)))
 
 
-def full_refresh_sql(env, st: StreamTable, current: dict[str, int]) -> str:
-    """The MERGE of a FULL refresh: recompute at ``current``, apply only the difference."""
+def full_rows_sql(env, st: StreamTable, current: dict[str, int]) -> str:
+    """The stream table's rows at ``current``, visible and hidden columns: a FULL refresh's source."""
     from airflow_trickle.dvm import full_source
 
     source = full_source(env, st, current)
-    if source is None:
-        source = numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns)
-    return full_merge_sql(st.name, source, st.output_columns + st.storage.state_names())
+    return source if source is not None else numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns)
 
 
-def _append_metrics(st: StreamTable, version_before: int) -> dict | None:
-    """MERGE-shaped metrics of the append just run, or None when Delta skipped it (its
-    transaction id had landed already)."""
+def full_refresh_sql(env, st: StreamTable, current: dict[str, int]) -> str:
+    """The MERGE of a FULL refresh: recompute at ``current``, apply only the difference."""
+    return full_merge_sql(st.name, full_rows_sql(env, st, current), st.output_columns + st.storage.state_names())
+
+
+def _written_metrics(st: StreamTable, version_before: int, *, deleted: int = 0) -> dict | None:
+    """MERGE-shaped metrics of the append or replace just run, or None when Delta skipped it
+    (its transaction id had landed already).  A replace removed every row stored before."""
     if latest_version(st.location) == version_before:
         return None
     newest = recorded_refreshes(st.location, limit=1)
     inserted = int((newest[0]["metrics"] if newest else {}).get("numOutputRows") or 0)
-    return {"num_inserted_rows": inserted, "num_updated_rows": 0, "num_deleted_rows": 0}
+    return {"num_inserted_rows": inserted, "num_updated_rows": 0, "num_deleted_rows": deleted}
 
 
 def _is_strict(st: StreamTable) -> bool:
@@ -240,15 +247,16 @@ def pinned_query_sql(env, st: StreamTable, versions: dict[str, int]) -> str:
     return pin_sources(parse_query(st.defining_query, stream_table=st.name), versions, hidden).sql(DIALECT)
 
 
-def _reinitialize_storage(env, st: StreamTable) -> None:
-    """Replace the storage table when the output columns changed (the FULL commit refills it)."""
-    from airflow_trickle.storage import create_storage_table
-
+def _storage_changes(env, st: StreamTable) -> bool:
+    """Whether a REINITIALIZE must replace the storage table: the query's output (a source's
+    schema changed, or ALTER gave it a new query) or the hidden columns (a new layout) differ
+    from the stored table's.  ``st.output_columns`` becomes the new output either way."""
     schema = env.spark.sql(pinned_query_sql(env, st, {})).schema
-    columns = [(f.name, f.dataType.simpleString()) for f in schema.fields]
-    if columns != _stored_output(env, st):
-        log.info("%s: output columns changed; replacing its storage table", st.name)
-        create_storage_table(env.spark, st.name, columns, st.storage, replace=True)
-        names = [c for c, _ in columns]
-        env.catalog.update(st.name, lambda row: setattr(row, "output_columns", names))
-        st.output_columns = names
+    wanted = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+    wanted += [(c, kind.lower()) for c, kind in st.storage.hidden_columns()]
+    stored = [(f.name, f.dataType.simpleString()) for f in env.spark.table(quote_name(st.name)).schema.fields]
+    st.output_columns = [f.name for f in schema.fields]
+    if wanted == stored:
+        return False
+    log.info("%s: the storage table's columns change (%s -> %s); replaced in one commit", st.name, stored, wanted)
+    return True

@@ -75,8 +75,8 @@ def source_versions(catalog, name: str) -> dict[str, int]:
     """The version of every source of ``name`` a refresh reads now.
 
     A base table is read at its newest version.  An upstream stream table is read at the
-    version its latest refresh committed (delayed view semantics, seed 002 §6): never at an
-    intermediate commit such as the empty table a REINITIALIZE replaces its storage with.
+    version its latest refresh committed (delayed view semantics, seed 002 §6): never at a
+    commit that is not a refresh's (a group's put-back, a user's write).
     """
     versions = {}
     for dep in catalog.dependencies(name):

@@ -131,6 +131,10 @@ def test_deadline_callback_records_only_stale_tables_once_per_run(tr, stream_tab
                                          targets={name: 60}, interval_seconds=60))
     misses = [h for h in tr.history(name, limit=50) if h.action == "FRESHNESS_MISS"]
     assert len(misses) == 1 and misses[0].initiated_by == "DEADLINE trickle_p/scheduled_9"
+    # a run whose id is a prefix of the first's is another run: its miss is recorded
+    other = {"dag_run": {"dag_run_id": "scheduled", "dag_id": "trickle_p", "state": "running"}}
+    assert asyncio.run(record_deadline_miss(context=other, warehouse=tr.warehouse, project="p",
+                                            targets={name: 60}, interval_seconds=60)) == [name]
     assert "its data is 1h" in misses[0].reason and "(target 1m," in misses[0].reason
 
 

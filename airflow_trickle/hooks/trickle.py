@@ -114,7 +114,7 @@ class TrickleHook(BaseHook):
         from airflow_trickle.catalog.model import utcnow
         from airflow_trickle.model import Action, Outcome
 
-        if run_id and any(r.action == Action.FRESHNESS_MISS and f"/{run_id}" in (r.initiated_by or "")
+        if run_id and any(r.action == Action.FRESHNESS_MISS and _run_of(r.initiated_by) == run_id
                           for r in self.catalog.history(miss.name, limit=50)):
             return False
         now = utcnow()
@@ -124,3 +124,14 @@ class TrickleHook(BaseHook):
             action=Action.FRESHNESS_MISS, status=Outcome.ALERT, start_time=now, end_time=now, reason=miss.message,
             initiated_by=initiated_by, data_timestamp=miss.data_timestamp))
         return True
+
+
+def _run_of(initiated_by: str | None) -> str | None:
+    """The run id in ``AIRFLOW <dag>/<run>/<task>#<try>`` or ``DEADLINE <dag>/<run>`` (Airflow
+    run ids hold no ``/``); ``None`` for a refresh not started by Airflow.
+
+    >>> _run_of("AIRFLOW shop/manual__1/shop.t#2"), _run_of("DEADLINE shop/run_1"), _run_of("MANUAL")
+    ('manual__1', 'run_1', None)
+    """
+    parts = (initiated_by or "").split(" ", 1)[-1].split("/")
+    return parts[1] if len(parts) > 1 else None

@@ -89,18 +89,12 @@ def operator_tree(catalog, name: str) -> list[str]:
     Delta logs (what ``explain`` shows first, without Spark); ``[]`` for a FULL table."""
     from deltalake import DeltaTable
 
+    from airflow_trickle.dvm import columns_of_sources
     from airflow_trickle.dvm.planner import plan
-    from airflow_trickle.names import HIDDEN_PREFIX
 
     st = catalog.get(name)
     if st is None or st.effective_mode != "DIFFERENTIAL":
         return []
-    columns = {}
-    for dep in catalog.dependencies(name):
-        if dep.source_type == "STREAM_TABLE":
-            upstream = catalog.get(dep.source_name)
-            columns[dep.source_name] = list(upstream.output_columns) if upstream else []
-        else:
-            fields = DeltaTable(dep.source_location).schema().fields
-            columns[dep.source_name] = [f.name for f in fields if not f.name.startswith(HIDDEN_PREFIX)]
+    columns = columns_of_sources(catalog, name,
+                                 lambda dep: [f.name for f in DeltaTable(dep.source_location).schema().fields])
     return plan(st.defining_query, columns).explain()

@@ -89,8 +89,9 @@ def select(project: Project, params: dict | None, *, manual: bool) -> Selection:
     chosen = set()
     databases = _databases(project)
     for text in requested:
-        if text.strip().endswith(GROUP_SUFFIX) and text.strip()[:-len(GROUP_SUFFIX)] in databases:
-            chosen.update(databases[text.strip()[:-len(GROUP_SUFFIX)]])
+        database = text.strip().removesuffix(GROUP_SUFFIX) if text.strip().endswith(GROUP_SUFFIX) else None
+        if database in databases:
+            chosen.update(databases[database])
             continue
         name = _known_name(text, names)
         if name is None:

@@ -15,17 +15,26 @@ def differential_blockers(defining_query: str, sources) -> list[str]:
 
 
 def source_columns(env, st) -> dict[str, list[str]]:
-    """The visible columns of every source of ``st`` as they are now."""
-    from airflow_trickle.names import HIDDEN_PREFIX, quote_name
+    """The visible columns of every source of ``st`` as they are now (base tables through Spark)."""
+    from airflow_trickle.names import quote_name
+
+    return columns_of_sources(env.catalog, st.name,
+                              lambda dep: [f.name for f in env.spark.table(quote_name(dep.source_name)).schema.fields])
+
+
+def columns_of_sources(catalog, name: str, base_table_columns) -> dict[str, list[str]]:
+    """The visible columns of every source of ``name``: an upstream stream table's from the
+    catalog, a base table's from ``base_table_columns(dependency)`` (Spark, or its Delta log
+    where no Spark may run), hidden columns left out."""
+    from airflow_trickle.names import HIDDEN_PREFIX
 
     columns = {}
-    for dep in env.catalog.dependencies(st.name):
+    for dep in catalog.dependencies(name):
         if dep.source_type == "STREAM_TABLE":
-            upstream = env.catalog.get(dep.source_name)
+            upstream = catalog.get(dep.source_name)
             columns[dep.source_name] = list(upstream.output_columns) if upstream else []
         else:
-            schema = env.spark.table(quote_name(dep.source_name)).schema
-            columns[dep.source_name] = [f.name for f in schema.fields if not f.name.startswith(HIDDEN_PREFIX)]
+            columns[dep.source_name] = [c for c in base_table_columns(dep) if not c.startswith(HIDDEN_PREFIX)]
     return columns
 
 

@@ -195,10 +195,14 @@ def _source_schema_change(env, st: StreamTable) -> str | None:
     return None
 
 
+def _stored_columns(env, st: StreamTable) -> list[tuple[str, str]]:
+    """The storage table's columns, hidden ones included, and their types, as stored."""
+    return [(f.name, f.dataType.simpleString()) for f in env.spark.table(quote_name(st.name)).schema.fields]
+
+
 def _stored_output(env, st: StreamTable) -> list[tuple[str, str]]:
     """The storage table's visible columns and their types, as stored."""
-    return [(f.name, f.dataType.simpleString()) for f in env.spark.table(quote_name(st.name)).schema.fields
-            if f.name in st.output_columns]
+    return [(name, kind) for name, kind in _stored_columns(env, st) if name in st.output_columns]
 
 
 def _remember_source_schemas(env, st: StreamTable) -> None:
@@ -254,7 +258,7 @@ def _storage_changes(env, st: StreamTable) -> bool:
     schema = env.spark.sql(pinned_query_sql(env, st, {})).schema
     wanted = [(f.name, f.dataType.simpleString()) for f in schema.fields]
     wanted += [(c, kind.lower()) for c, kind in st.storage.hidden_columns()]
-    stored = [(f.name, f.dataType.simpleString()) for f in env.spark.table(quote_name(st.name)).schema.fields]
+    stored = _stored_columns(env, st)
     st.output_columns = [f.name for f in schema.fields]
     if wanted == stored:
         return False

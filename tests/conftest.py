@@ -50,11 +50,24 @@ LONG_MODULES = {"test_dvm_oracle.py": 800, "test_dvm_oracle_joins.py": 750, "tes
 
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs a JVM ``jvm``; run the JVM-free ones first (they fail fast),
-    then the Spark modules longest first."""
+    then the tests on the shared Sparks, then the modules that start their own, longest first.
+
+    Tests on a shared Spark are grouped by its mode (``xdist_group``): run-tests.sh hands each
+    group whole to one test process, so a process starts one JVM for the fixtures, not one per
+    mode -- on two cores a second JVM costs its start and its JIT warm-up all over again.
+    """
     for item in items:
-        if "spark_mode" in getattr(item, "fixturenames", ()) or item.path.name in JVM_MODULES:
+        mode = getattr(item, "callspec", None) and item.callspec.params.get("spark_mode")
+        if mode:
+            item.add_marker(pytest.mark.xdist_group(f"spark-{mode}"))
+        if mode or item.path.name in JVM_MODULES:
             item.add_marker(pytest.mark.jvm)
-    items.sort(key=lambda item: (item.get_closest_marker("jvm") is not None, -LONG_MODULES.get(item.path.name, 0)))
+
+    def order(item):
+        shared = "spark_mode" in getattr(item, "fixturenames", ())
+        return (item.get_closest_marker("jvm") is not None, not shared, -LONG_MODULES.get(item.path.name, 0))
+
+    items.sort(key=order)
 
 
 def marked_modes() -> list[str]:

@@ -141,6 +141,12 @@ def insert_only_commits(location: str, after_version: int, up_to_version: int,
     return True
 
 
+def has_no_data_files(location: str, storage_options: dict | None = None) -> bool:
+    """Whether the newest version has no data file at all: certainly empty (file statistics
+    may be missing, so a zero :func:`row_count` is no proof)."""
+    return _open(location, storage_options).get_add_actions(flatten=True).num_rows == 0
+
+
 def row_count(location: str, storage_options: dict | None = None) -> int:
     """Rows in the newest version, from the file statistics in the log (deleted-row vectors not
     subtracted: an estimate for ratios, not a count)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from airflow_trickle.catalog import StreamTable
 from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.deltalog import latest_version, recorded_refreshes, row_count
+from airflow_trickle.deltalog import has_no_data_files, latest_version, recorded_refreshes, row_count
 from airflow_trickle.errors import RefreshError
 from airflow_trickle.model import Action, RefreshMode
 from airflow_trickle.names import quote_name
@@ -95,6 +95,10 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
             action, reason = Action.FULL, fallback
             log.info("%s: FULL instead of DIFFERENTIAL: %s", st.name, fallback)
     replacing = action == Action.REINITIALIZE and _storage_changes(env, st)
+    # A FULL refresh into empty storage (the first population, mostly) has nothing to diff
+    # against: a plain INSERT writes the same rows without the MERGE's scans and joins.
+    filling = merge_sql is None and not replacing and has_no_data_files(st.location)
+    appending = appending or filling
     metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
     if estimate is not None:
@@ -109,7 +113,8 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
     try:
         with clock.phase("commit"):
             sql = merge_sql or (replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns,
-                                                    st.storage) if replacing else full_refresh_sql(env, st, current))
+                                                    st.storage) if replacing else
+                                fill_storage_sql(env, st, current) if filling else full_refresh_sql(env, st, current))
             metrics = with_retries(env.config, lambda: commit(sql))
             if appending or replacing:  # an INSERT or a CTAS returns no metrics: read them from its commit
                 metrics = _written_metrics(st, version_before, deleted=stored_before)
@@ -224,6 +229,13 @@ def full_rows_sql(env, st: StreamTable, current: dict[str, int]) -> str:
 def full_refresh_sql(env, st: StreamTable, current: dict[str, int]) -> str:
     """The MERGE of a FULL refresh: recompute at ``current``, apply only the difference."""
     return full_merge_sql(st.name, full_rows_sql(env, st, current), st.output_columns + st.storage.state_names())
+
+
+def fill_storage_sql(env, st: StreamTable, current: dict[str, int]) -> str:
+    """The INSERT of a FULL refresh into empty storage: the recomputed rows, every column named."""
+    columns = ", ".join(f"`{c}`" for c in st.output_columns + [name for name, _ in st.storage.hidden_columns()])
+    return (f"INSERT INTO {quote_name(st.name)} ({columns}) "
+            f"SELECT {columns} FROM ({full_rows_sql(env, st, current)}) AS __full")
 
 
 def _written_metrics(st: StreamTable, version_before: int, *, deleted: int = 0) -> dict | None:

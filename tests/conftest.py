@@ -50,27 +50,11 @@ LONG_MODULES = {"test_dvm_oracle.py": 800, "test_dvm_oracle_joins.py": 750, "tes
 
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs a JVM ``jvm``; run the JVM-free ones first (they fail fast),
-    then the tests on the shared Sparks, then the modules that start their own, longest first.
-
-    Tests on a shared Spark are grouped by its mode (``xdist_group``), and the tests of a module
-    that starts Spark itself by module: run-tests.sh hands each group whole to one test process,
-    so a process starts one JVM for the fixtures, not one per mode, and a module's fixtures
-    (the example's Airflow runs, a service) run once, not once per process.
-    """
+    then the Spark modules longest first."""
     for item in items:
-        mode = getattr(item, "callspec", None) and item.callspec.params.get("spark_mode")
-        if mode:
-            item.add_marker(pytest.mark.xdist_group(f"spark-{mode}"))
-        elif item.path.name in JVM_MODULES:  # one process per module: its fixtures start Spark once
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
-        if mode or item.path.name in JVM_MODULES:
+        if "spark_mode" in getattr(item, "fixturenames", ()) or item.path.name in JVM_MODULES:
             item.add_marker(pytest.mark.jvm)
-
-    def order(item):
-        shared = "spark_mode" in getattr(item, "fixturenames", ())
-        return (item.get_closest_marker("jvm") is not None, not shared, -LONG_MODULES.get(item.path.name, 0))
-
-    items.sort(key=order)
+    items.sort(key=lambda item: (item.get_closest_marker("jvm") is not None, -LONG_MODULES.get(item.path.name, 0)))
 
 
 def marked_modes() -> list[str]:

@@ -95,9 +95,11 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
             action, reason = Action.FULL, fallback
             log.info("%s: FULL instead of DIFFERENTIAL: %s", st.name, fallback)
     replacing = action == Action.REINITIALIZE and _storage_changes(env, st)
-    # A FULL refresh into empty storage (the first population, mostly) has nothing to diff
-    # against: a plain INSERT writes the same rows without the MERGE's scans and joins.
-    filling = merge_sql is None and not replacing and has_no_data_files(st.location)
+    # A FULL refresh into empty storage (the first population) has nothing to diff against: a
+    # plain INSERT writes the same rows without the MERGE's scans and joins.  Only a table the
+    # catalog has never seen populated is worth the log read (after a crash it may hold data).
+    filling = (merge_sql is None and not replacing and not st.is_populated
+               and has_no_data_files(st.location))
     appending = appending or filling
     metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
@@ -112,9 +114,14 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
     stored_before = row_count(st.location) if replacing else 0
     try:
         with clock.phase("commit"):
-            sql = merge_sql or (replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns,
-                                                    st.storage) if replacing else
-                                fill_storage_sql(env, st, current) if filling else full_refresh_sql(env, st, current))
+            if merge_sql:
+                sql = merge_sql
+            elif replacing:
+                sql = replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns, st.storage)
+            elif filling:
+                sql = fill_storage_sql(env, st, current)
+            else:
+                sql = full_refresh_sql(env, st, current)
             metrics = with_retries(env.config, lambda: commit(sql))
             if appending or replacing:  # an INSERT or a CTAS returns no metrics: read them from its commit
                 metrics = _written_metrics(st, version_before, deleted=stored_before)

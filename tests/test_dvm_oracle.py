@@ -9,7 +9,9 @@ duplicate rows; after each batch every stream table is refreshed DIFFERENTIALLY 
 """
 from __future__ import annotations
 
-from tests.oracle import drive, drive_deltas, workload
+import logging
+
+from tests.oracle import drive, drive_deltas, multiset, workload
 
 
 def test_stream_tables_over_stream_tables(tr, db):
@@ -31,7 +33,7 @@ def test_stream_tables_over_stream_tables(tr, db):
     drive(load, tables)
 
 
-def test_scan_filter_project_and_union_all(tr, db):
+def test_scan_filter_project_union_all_and_top_k(tr, db, caplog):
     tables = ["o", "x"]
     load = workload(tr, db, tables, {
         "projected": "SELECT id, cid, amount * 2 AS doubled, CAST(price AS STRING) AS p, "
@@ -39,8 +41,23 @@ def test_scan_filter_project_and_union_all(tr, db):
                      "FROM {db}.o WHERE amount IS NULL OR amount <> 3",
         "keyless": "SELECT cid, amount FROM {db}.o",
         "unioned": "SELECT id, amount FROM {db}.o WHERE amount > 4 UNION ALL SELECT k, v FROM {db}.x",
+        # top-K: ordered totally (ties only between equal rows), so the query's rows are determined
+        "top_rows": "SELECT id, cid, amount FROM {db}.o ORDER BY amount DESC, id, cid LIMIT 3",
+        "top_groups": "SELECT cid, SUM(amount) AS total, COUNT(*) AS n FROM {db}.o GROUP BY cid "
+                      "ORDER BY total DESC, cid LIMIT 2",
+        "top_offset": "SELECT k, v FROM {db}.x ORDER BY 2, 1 LIMIT 2 OFFSET 1",
     })
     drive(load, tables)
+    # Scripted: a row entering the top 3 is applied from the stored rows plus the delta; deleting
+    # the first row makes the query read beyond the stored boundary.
+    caplog.set_level(logging.INFO, logger="airflow_trickle.dvm")
+    top = f"{db}.top_rows"
+    tr.sql(f"INSERT INTO {db}.o VALUES (900, 1, 1000000, 1.00)")
+    load.refresh_all()
+    assert (900, 1, 1000000) in multiset(tr.read(top)) and "left the top-K" not in caplog.text
+    tr.sql(f"DELETE FROM {db}.o WHERE id = 900")
+    load.refresh_all()
+    assert f"{top}: a row left the top-K" in caplog.text
 
 
 def test_groups_vanish_and_reappear_and_null_keys_stay_apart(tr, db):

@@ -5,6 +5,10 @@ turns a tree and two frontiers into one MERGE (``apply.py``).
 """
 from __future__ import annotations
 
+import logging
+
+log = logging.getLogger(__name__)
+
 
 def differential_blockers(defining_query: str, sources) -> list[str]:
     """Constructs in ``defining_query`` that DIFFERENTIAL refresh cannot maintain (empty: none)."""
@@ -47,16 +51,25 @@ def _refresh_versions(env, st, current: dict[str, int], deps):
                     use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
 
 
-def differential_merge(env, st, current: dict[str, int]) -> tuple[str | None, str | None]:
-    """The MERGE applying the change from ``st.frontier`` to ``current``, or ``(None, why not)``."""
-    from airflow_trickle.dvm.apply import differential_merge_sql
+def differential_merge(env, st, current: dict[str, int], *, probe: bool = True) -> tuple[str | None, str | None]:
+    """The MERGE applying the change from ``st.frontier`` to ``current``, or ``(None, why not)``.
+
+    A top-K first runs a one-row probe (``probe``; ``explain`` runs nothing) to learn whether a
+    row left its top k, in which case its new rows are recomputed from the query.
+    """
+    from airflow_trickle.dvm.apply import differential_merge_sql, top_k_probe_sql
     from airflow_trickle.dvm.base import Unsupported
 
     if set(st.frontier) != set(current):
         return None, "the set of sources differs from the frontier"
     versions = _refresh_versions(env, st, current, env.catalog.dependencies(st.name))
     try:
-        return differential_merge_sql(st, versions, versions.columns), None
+        probe_sql = top_k_probe_sql(st, versions, versions.columns) if probe else None
+        beyond = probe_sql is not None and not env.spark.sql(probe_sql).first()[0]
+        if beyond:
+            log.info("%s: a row left the top-K; its rows are recomputed from the query",
+                                             st.name)
+        return differential_merge_sql(st, versions, versions.columns, beyond_boundary=beyond), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
 

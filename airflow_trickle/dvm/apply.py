@@ -3,7 +3,8 @@
 Three appliers, chosen by the top operator of the plan and recorded in the stream table's
 :class:`~airflow_trickle.model.StorageLayout`:
 
-* **bag** (``bag.py``): no aggregation at the top; rows added and removed by content;
+* **bag** (``bag.py``): no aggregation at the top; rows added and removed by content (a top-K,
+  ``topk.py``, is a bag whose delta is the new top rows against the stored ones);
 * **algebraic** (``algebraic.py``): GROUP BY with COUNT, SUM, AVG over exact numbers, MIN, MAX;
   group state advanced by the delta;
 * **recompute** (``recompute.py``): any other aggregate; the affected groups recomputed.
@@ -19,6 +20,7 @@ from airflow_trickle.dvm.block import Block
 from airflow_trickle.dvm.planner import plan
 from airflow_trickle.dvm.recompute import _recompute_merge
 from airflow_trickle.dvm.sqltext import with_identity as _with_identity
+from airflow_trickle.dvm.topk import TopK
 from airflow_trickle.model import Identity, StateRole, StorageLayout, Strategy
 from airflow_trickle.sql.parse import DIALECT
 
@@ -66,11 +68,28 @@ def full_source_sql(st, versions: Versions, columns: dict[str, list[str]]) -> st
     return keyed_full_sql(block, versions, st.storage.state_exprs)
 
 
-def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]]) -> str:
-    """The one MERGE that applies the change of ``versions`` to stream table ``st``."""
+def top_k_probe_sql(st, versions: Versions, columns: dict[str, list[str]]) -> str | None:
+    """For a top-K stream table, the query deciding whether its refresh must read beyond the
+    stored boundary (:meth:`TopK.boundary_probe`); None for any other query."""
+    node = plan(st.defining_query, columns)
+    return node.boundary_probe(st.name, versions) if isinstance(node, TopK) else None
+
+
+def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]], *,
+                           beyond_boundary: bool = False) -> str:
+    """The one MERGE that applies the change of ``versions`` to stream table ``st``.
+
+    ``beyond_boundary``: a top-K's new rows are recomputed from the query instead of taken from
+    the stored rows plus the delta (a row left the top k; see ``topk.py``).
+    """
     node = plan(st.defining_query, columns)
     strategy = st.storage.strategy or Strategy.BAG
     visible = st.output_columns
+    if isinstance(node, TopK):
+        if strategy != Strategy.BAG:
+            raise Unsupported("stored as keyed but the query is a top-K; REINITIALIZE it")
+        delta_sql = node.delta_against(st.name, versions, beyond_boundary=beyond_boundary)
+        return _bag_merge(st.name, visible, delta_sql, st.storage.dup_type)
     if strategy == Strategy.BAG:
         return _bag_merge(st.name, visible, node.delta_sql(versions), st.storage.dup_type)
     if not (isinstance(node, Block) and node.is_aggregate):

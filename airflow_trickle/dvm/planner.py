@@ -3,7 +3,8 @@
 The query is normalised first (``rewrites.py``: CTEs inlined, DISTINCT and UNION as GROUP BY),
 then each SELECT becomes a :class:`~airflow_trickle.dvm.block.Block` over its FROM items (a
 :class:`~airflow_trickle.dvm.scan.Scan` or a nested query), and ``UNION ALL`` a
-:class:`~airflow_trickle.dvm.union.UnionAll`.  Anything else is refused with its name.
+:class:`~airflow_trickle.dvm.union.UnionAll`; an outermost ``ORDER BY … LIMIT`` wraps the tree
+in a :class:`~airflow_trickle.dvm.topk.TopK`.  Anything else is refused with its name.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from airflow_trickle.dvm.base import ITEM, Node, Unsupported
 from airflow_trickle.dvm.block import Block, JoinKind, JoinStep
 from airflow_trickle.dvm.rewrites import SubqueryRefused, normalize
 from airflow_trickle.dvm.scan import Scan
+from airflow_trickle.dvm.topk import SortKey, TopK
 from airflow_trickle.dvm.union import UnionAll
 from airflow_trickle.names import DEFAULT_DATABASE
 from airflow_trickle.sql.parse import DIALECT, parse_query, table_name
@@ -25,8 +27,8 @@ _UNSUPPORTED_NODES = {
     exp.Rollup: "ROLLUP",
     exp.Cube: "CUBE",
     exp.GroupingSets: "GROUPING SETS",
-    exp.Limit: "LIMIT",
-    exp.Offset: "OFFSET",
+    exp.Limit: "LIMIT inside a subquery (only the outermost query may end in ORDER BY ... LIMIT)",
+    exp.Offset: "OFFSET inside a subquery (only the outermost query may end in ORDER BY ... LIMIT)",
 }
 
 
@@ -39,6 +41,7 @@ def plan(defining_query: str, columns: dict[str, list[str]], *, database: str = 
     with_ = query.args.get("with_") or query.args.get("with")  # the key's name differs across sqlglot versions
     if with_ is not None and with_.args.get("recursive"):
         raise Unsupported("WITH RECURSIVE")
+    query, top_k = _split_top_k(query)
     for node_type, label in _UNSUPPORTED_NODES.items():
         if query.find(node_type):
             raise Unsupported(label)
@@ -46,9 +49,66 @@ def plan(defining_query: str, columns: dict[str, list[str]], *, database: str = 
         query = normalize(query)
     except SubqueryRefused as err:
         raise Unsupported(str(err)) from None
-    if isinstance(query, exp.Select) and query.args.get("order"):
+    if isinstance(query, (exp.Select, exp.Union)) and query.args.get("order"):
         query.set("order", None)  # row order of a stored table is not kept anyway
-    return _plan_query(query, columns, database)
+    node = _plan_query(query, columns, database)
+    if top_k is None:
+        return node
+    order, limit, offset = top_k
+    return TopK(child=node, order=order, limit=limit, offset=offset)
+
+
+def _split_top_k(query: exp.Expression) -> tuple[exp.Expression, tuple[list[SortKey], int, int] | None]:
+    """The query without its outermost ``ORDER BY … LIMIT k OFFSET m``, and those (or None).
+
+    ``SELECT a, b FROM t ORDER BY b DESC LIMIT 3`` -> ``SELECT a, b FROM t``, ([b DESC NULLS LAST], 3, 0)
+    """
+    limit, offset, order = (query.args.get(k) for k in ("limit", "offset", "order"))
+    if limit is None and offset is None:
+        return query, None
+    if order is None:
+        raise Unsupported("LIMIT without ORDER BY (which rows it keeps is not deterministic: add an ORDER BY)")
+    first = query
+    while isinstance(first, (exp.Union, exp.Subquery)):
+        first = first.this
+    projections = first.expressions if isinstance(first, exp.Select) else []
+    names = [p.alias_or_name for p in projections]
+    keys = [_sort_key(ordered, projections, names) for ordered in order.expressions]
+    rest = query.copy()
+    for key in ("limit", "offset", "order"):
+        rest.set(key, None)
+    return rest, (keys, _count(limit, "LIMIT"), _count(offset, "OFFSET") if offset is not None else 0)
+
+
+def _sort_key(ordered: exp.Ordered, projections: list[exp.Expression], names: list[str]) -> SortKey:
+    """An ORDER BY term of a top-K as an output column (by name, position or expression)."""
+    term = ordered.this
+    descending = bool(ordered.args.get("desc"))
+    nulls_first = ordered.args.get("nulls_first")
+    nulls_first = (not descending) if nulls_first is None else bool(nulls_first)  # Spark's default
+    name = None
+    if isinstance(term, exp.Literal) and not term.is_string and term.name.isdigit():
+        position = int(term.name)
+        if 1 <= position <= len(names):
+            name = names[position - 1]
+    elif isinstance(term, exp.Column) and not term.table and term.name in names:
+        name = term.name
+    else:
+        for projection, projected in zip(projections, names):
+            if (projection.this if isinstance(projection, exp.Alias) else projection) == term:
+                name = projected
+                break
+    if name is None:
+        raise Unsupported(f"ORDER BY {term.sql(DIALECT)} with LIMIT: a top-K may only be ordered by its "
+                          "output columns (add the expression to the SELECT list)")
+    return SortKey(column=name, descending=descending, nulls_first=nulls_first)
+
+
+def _count(clause: exp.Expression, label: str) -> int:
+    value = clause.expression
+    if not (isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit()):
+        raise Unsupported(f"{label} {value.sql(DIALECT) if value else ''} that is not a constant whole number")
+    return int(value.name)
 
 
 def _plan_query(query: exp.Expression, columns, database) -> Node:

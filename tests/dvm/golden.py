@@ -5,7 +5,7 @@ A fixture file holds cases in the style of sqlglot's optimizer fixtures::
     -- case: filter over one scan
     -- sources: s.o(id, cid, amount)
     -- changed: s.o
-    -- output: delta            (delta | merge | append | full)
+    -- output: delta            (delta | merge | merge-beyond | probe | append | full)
     SELECT id FROM s.o WHERE amount > 2;
     <the expected SQL, pretty-printed>;
 
@@ -23,13 +23,13 @@ from types import SimpleNamespace
 
 import sqlglot
 
-from airflow_trickle.dvm.apply import choose_layout, differential_merge_sql, full_source_sql
+from airflow_trickle.dvm.apply import choose_layout, differential_merge_sql, full_source_sql, top_k_probe_sql
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.dvm.planner import plan
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
 
-OUTPUTS = ("delta", "merge", "append", "full")
+OUTPUTS = ("delta", "merge", "merge-beyond", "probe", "append", "full")
 _SOURCE = re.compile(r"\s*([\w.]+)\(([^)]*)\)\s*")
 
 
@@ -88,8 +88,10 @@ def compile_case(case: Case) -> str:
     layout.columns = [(c, "bigint") for c in node.columns]
     st = SimpleNamespace(name="s.st", defining_query=case.query, output_columns=list(node.columns), storage=layout,
                          refresh_seq=6, frontier=old)
-    if case.output == "merge":
-        return differential_merge_sql(st, versions, case.sources)
+    if case.output in ("merge", "merge-beyond"):
+        return differential_merge_sql(st, versions, case.sources, beyond_boundary=case.output == "merge-beyond")
+    if case.output == "probe":  # a top-K's boundary probe
+        return top_k_probe_sql(st, versions, case.sources)
     if case.output == "append":
         return bag_append_sql(st.name, st.output_columns, node.delta_sql(versions), seq=7)
     if case.output == "full":

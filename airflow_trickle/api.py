@@ -210,6 +210,24 @@ class Trickle:
         return lifecycle.alter(self, name, query=query, schedule=schedule, refresh_mode=refresh_mode, status=status,
                                options=options)
 
+    # -- the catalog against the data ---------------------------------------------------------
+
+    def check(self) -> list:
+        """Every disagreement between the catalog, the storage tables and the sources (frontiers,
+        columns, definitions, change feeds), as :class:`~airflow_trickle.repair.Finding` s; empty
+        when all agree.  Changes nothing; on a local warehouse it starts no Spark."""
+        from airflow_trickle.repair import check
+
+        return check(self)
+
+    def repair(self, *, from_storage: bool = False) -> list[dict]:
+        """Rebuild what the catalog lost from the storage tables (rows, dependencies, frontiers),
+        and write the catalog's definition where a storage table lacks it; ``from_storage``: where
+        the two disagree, the storage table's definition wins.  Returns what was done."""
+        from airflow_trickle.repair import repair
+
+        return repair(self, from_storage=from_storage)
+
     # -- inspection ---------------------------------------------------------------------------
 
     def get(self, name: str) -> StreamTable:

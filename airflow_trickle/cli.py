@@ -3,6 +3,8 @@
     trickle --warehouse DIR create shop.totals --query "SELECT ..." --schedule 5m
     trickle --warehouse DIR refresh shop.totals --mode FULL
     trickle --warehouse DIR status --json
+    trickle --warehouse DIR check            (exit 1 when catalog and data disagree)
+    trickle --warehouse DIR repair [--from-storage]
     trickle --warehouse DIR serve [--port 15002] [--detach | --stop | --status]
 
 ``--warehouse`` defaults to ``$TRICKLE_WAREHOUSE``.  When a Spark service runs for the
@@ -94,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = verbs.add_parser("explain", help="operator tree and delta SQL of a stream table")
     explain.add_argument("name")
+
+    verbs.add_parser("check", help="compare the catalog with the storage tables and sources; exit 1 on a problem")
+    repair = verbs.add_parser("repair", help="rebuild lost catalog rows and frontiers from the storage tables")
+    repair.add_argument("--from-storage", action="store_true",
+                        help="where catalog and storage disagree on a definition, take the storage table's")
 
     sql = verbs.add_parser("sql", help="run Spark SQL in the warehouse (e.g. to create sources)")
     sql.add_argument("statement")
@@ -214,6 +221,19 @@ def _verb(tr, args) -> int:
             print(json.dumps(explanation, indent=2, default=str))
         else:
             print(explanation["text"])
+    elif args.verb == "check":
+        findings = tr.check()
+        if findings or args.json:
+            _emit(args, [asdict(f) for f in findings], columns=["stream_table", "severity", "problem", "fix"])
+        else:
+            print("catalog, storage tables and sources agree")
+        return 1 if findings else 0
+    elif args.verb == "repair":
+        actions = tr.repair(from_storage=args.from_storage)
+        if actions or args.json:
+            _emit(args, actions, columns=["stream_table", "action", "refresh_seq", "frontier"])
+        else:
+            print("nothing to repair")
     elif args.verb == "sql":
         frame = tr.sql(args.statement)
         rows = [row.asDict(recursive=True) for row in frame.limit(1000).collect()] if frame.columns else []

@@ -152,3 +152,13 @@ def row_count(location: str, storage_options: dict | None = None) -> int:
     subtracted: an estimate for ratios, not a count)."""
     actions = _open(location, storage_options).get_add_actions(flatten=True)
     return sum(n for n in actions.column("num_records").to_pylist() if n)
+
+
+def table_configuration(location: str, storage_options: dict | None = None) -> dict[str, str]:
+    """The table properties (``delta.*``, ``trickle.*``, ...) of the Delta table at ``location``."""
+    return dict(_open(location, storage_options).metadata().configuration or {})
+
+
+def column_names(location: str, storage_options: dict | None = None) -> list[str]:
+    """The column names of the Delta table at ``location``, in order."""
+    return [f.name for f in _open(location, storage_options).schema().fields]

@@ -3,8 +3,9 @@
 Every check runs before anything is written (``definition.analyze``).  Creating and replacing a
 defining query share one step, :func:`install`: the storage layout is chosen, change feeds are
 prepared, the storage table is created (or replaced, keeping its history) and the catalog rows
-are written.  ``env`` is the :class:`~airflow_trickle.api.Trickle` facade (``spark``,
-``catalog``, ``config``, ``sync``, ``get``, ``refresh_stream_table``).
+are written; the storage table carries the definition too (``repair.py``).  ``env`` is the
+:class:`~airflow_trickle.api.Trickle` facade (``spark``, ``catalog``, ``config``, ``sync``,
+``get``, ``refresh_stream_table``).
 """
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import logging
 import uuid
 
 from airflow_trickle.catalog import Dependency, StreamTable
+from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.definition import Definition, analyze, mode_choice
 from airflow_trickle.errors import DefinitionError, StreamTableNotFoundError, UnsupportedConstructError
 from airflow_trickle.model import CdcMode, RefreshMode, Status, StorageLayout
 from airflow_trickle.names import qualify_name, quote_name
 from airflow_trickle.refresh import refresh_stream_table
+from airflow_trickle.repair import definition_properties, record_definition
 from airflow_trickle.schedule import parse_schedule
 from airflow_trickle.spark.delta import table_location, table_properties
 
@@ -73,13 +76,15 @@ def install(env, st: StreamTable, definition: Definition, *, replace: bool) -> N
     st.storage.blockers = list(definition.blockers)
     st.storage.dup_type = "bigint"  # copy numbers per refresh: appends never read the table
     cdc_modes = prepare_change_feeds(env, definition)
-    if replace:
-        st.needs_reinit = True
-    else:
-        create_storage_table(env.spark, st.name, definition.output_columns, st.storage)
-    st.location = table_location(env.spark, st.name)
     dependencies = [_dependency_row(definition, source, _location(env, source), cdc_modes[source.name])
                     for source in definition.sources.values()]
+    st.created_at = st.created_at or utcnow()
+    if replace:
+        st.needs_reinit = True
+    else:  # the definition travels with the data from the start (``repair.py``)
+        create_storage_table(env.spark, st.name, definition.output_columns, st.storage,
+                             properties=definition_properties(st, dependencies))
+    st.location = table_location(env.spark, st.name)
     if replace:
         env.catalog.replace(st, dependencies)
     else:
@@ -186,7 +191,10 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
         if options:
             row.options = {**row.options, **options}
 
-    return env.catalog.update(qualified, change)
+    altered = env.catalog.update(qualified, change)
+    if schedule is not UNSET or new_mode is not None or options:
+        record_definition(env, qualified)
+    return altered
 
 
 def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None) -> StreamTable:
@@ -216,6 +224,7 @@ def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None) ->
     new.output_columns = list(st.output_columns)
     install(env, new, definition, replace=True)
     env.refresh_stream_table(st.name, initiated_by="ALTER")
+    record_definition(env, st.name)
     return env.get(st.name)
 
 

@@ -31,3 +31,8 @@ def split_name(qualified: str) -> tuple[str, str]:
 def quote_name(qualified: str) -> str:
     """``shop.orders`` -> ```shop`.`orders```, for Spark SQL text."""
     return ".".join(f"`{part}`" for part in split_name(qualified))
+
+
+def quote_string(text: str) -> str:
+    """A Spark SQL string literal holding ``text`` exactly (backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

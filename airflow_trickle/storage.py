@@ -20,7 +20,7 @@ from __future__ import annotations
 import shutil
 
 from airflow_trickle.model import DUP, ROW_ID, StorageLayout
-from airflow_trickle.names import quote_name
+from airflow_trickle.names import quote_name, quote_string
 
 TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
@@ -31,16 +31,25 @@ TABLE_PROPERTIES = {
 }
 
 
-def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: StorageLayout) -> None:
-    """Create the Delta table behind a stream table (empty; :func:`replace_storage_sql` replaces it)."""
+def _properties_sql(extra: dict[str, str] | None) -> str:
+    return ", ".join(f"{quote_string(k)} = {quote_string(v)}" for k, v in {**TABLE_PROPERTIES, **(extra or {})}.items())
+
+
+def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: StorageLayout,
+                         properties: dict[str, str] | None = None) -> None:
+    """Create the Delta table behind a stream table (empty; :func:`replace_storage_sql` replaces it).
+
+    ``properties``: more table properties (the stream table's definition, ``repair.py``).
+    """
     column_ddl = ", ".join(f"`{col}` {kind}" for col, kind in columns)
     hidden_ddl = ", ".join(f"`{col}` {kind} NOT NULL" if col in (ROW_ID, DUP) else f"`{col}` {kind}"
                            for col, kind in storage.hidden_columns())
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
-    spark.sql(f"CREATE TABLE {quote_name(name)} ({column_ddl}, {hidden_ddl}) USING delta TBLPROPERTIES ({props})")
+    spark.sql(f"CREATE TABLE {quote_name(name)} ({column_ddl}, {hidden_ddl}) USING delta "
+              f"TBLPROPERTIES ({_properties_sql(properties)})")
 
 
-def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: StorageLayout) -> str:
+def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: StorageLayout,
+                        properties: dict[str, str] | None = None) -> str:
     """One statement that replaces the storage table with ``rows_sql``'s rows, in ONE commit.
 
     For a REINITIALIZE whose columns changed (an ALTER of the query, a source's schema): readers
@@ -52,8 +61,7 @@ def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: S
     """
     visible = ", ".join(f"r.`{c}`" for c in columns)
     hidden = ", ".join(f"CAST(r.`{c}` AS {kind}) AS `{c}`" for c, kind in storage.hidden_columns())
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
-    return (f"CREATE OR REPLACE TABLE {quote_name(name)} USING delta TBLPROPERTIES ({props}) "
+    return (f"CREATE OR REPLACE TABLE {quote_name(name)} USING delta TBLPROPERTIES ({_properties_sql(properties)}) "
             f"AS SELECT {visible}, {hidden} FROM ({rows_sql}) AS r")
 
 

@@ -242,8 +242,12 @@ def test_alter_query_replaces_the_rows_in_one_commit_and_readers_never_see_an_em
                       f"SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {db}.a GROUP BY k"):  # new layout
             before = latest_version(location)
             tr.alter_stream_table(name, query=query)
-            assert latest_version(location) == before + 1, query  # one data commit
-            operations.append(tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["operation"])
+            # one data commit; the definition the storage table carries may follow in a
+            # metadata-only commit (no data file changes)
+            done = [r["operation"] for r in tr.sql(f"DESCRIBE HISTORY {name}").collect() if r["version"] > before]
+            data = [op for op in done if op != "SET TBLPROPERTIES"]
+            assert len(data) == 1 and len(done) <= 2, (query, done)
+            operations.append(data[0])
             assert visible(tr, name) == oracle(tr, name), query
             assert not tr.get(name).needs_reinit
     finally:

@@ -201,3 +201,12 @@ def test_a_replayed_commit_is_skipped_by_its_transaction_id(tr, db):
     assert tr.spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().version == version_after_first
     assert first.rows_inserted >= 1
     assert_matches(tr, name, query)
+    # ... and one that read newer source versions than the commit that landed records the
+    # landed commit's frontier, so that the newer changes are applied by the next refresh
+    tr.sql(f"INSERT INTO {db}.o VALUES (81, 3, 1)")
+    newer = decide.source_versions(tr.catalog, name)
+    skipped = apply.apply_refresh(tr, stale, "DIFFERENTIAL", newer, refresh_id="c", data_timestamp=utcnow())
+    assert "already landed" in skipped.reason and skipped.frontier == current != newer
+    assert tr.get(name).frontier == current
+    assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+    assert_matches(tr, name, query)

@@ -125,6 +125,23 @@ def test_concurrent_refreshes_share_the_service_and_never_apply_twice(home):
 
 # the client reports the dead service once its short retries run out: that is the point here
 @pytest.mark.filterwarnings("ignore:.*RETRIES_EXCEEDED")
+def test_kill_trials_refreshes_killed_at_random_moments_are_exact_on_retry(home):
+    """A few of ``tests/kill_trials.py``'s trials (``scripts/kill_trials.py`` runs a hundred):
+    the client process killed mid-operation, then the retry checked against the oracle."""
+    import random
+
+    from tests import kill_trials
+
+    tr = client(home)
+    scenario = kill_trials.setup(tr, home["warehouse"], svc.read_service(home["warehouse"]).address, "kills",
+                                 tables=("lines", "totals"))
+    rng = random.Random(7)
+    trials = [kill_trials.trial(tr, scenario, operation, rng.uniform(0.5, 6.0), rng) for operation in ("refresh", "alter")]
+    assert [t.problems for t in trials] == [[], []]
+    assert any(t.killed for t in trials), "every child had finished before its kill: the trials killed nothing"
+    tr.close()
+
+
 def test_a_refresh_killed_with_the_service_is_exact_on_retry(home, monkeypatch):
     """The Spark service dies while a refresh commits; the client fails within seconds, and
     after a restart the retry applies the change exactly once."""

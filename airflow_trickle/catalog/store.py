@@ -100,6 +100,30 @@ class CatalogStore:
                 time.sleep(min(1.0, 0.02 * 2 ** attempt) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
+    def move_aside_unreadable(self) -> list[tuple[str, str, str]]:
+        """Move each catalog table that cannot be read to ``<table>.damaged-<time>`` and make it
+        again, empty (a local catalog only); ``(table, moved to, error)`` for each."""
+        import os
+        import shutil
+
+        self._ensured = False  # a catalog table deleted since: made again, empty
+        self.ensure()
+        moved = []
+        for table in TABLES:
+            try:
+                self._rows(table)
+            except Exception as err:  # noqa: BLE001 - unreadable: damaged
+                path = self.path(table).removeprefix("file://").removeprefix("file:")
+                if "://" in path or not os.path.isdir(path):
+                    raise CatalogError(f"catalog table {table} cannot be read and is not local: {err}") from err
+                aside = f"{path}.damaged-{utcnow().strftime('%Y%m%dT%H%M%S')}"
+                shutil.move(path, aside)
+                moved.append((table, aside, str(err)))
+        if moved:
+            self._ensured = False
+            self.ensure()
+        return moved
+
     # -- stream tables ------------------------------------------------------------------------
 
     def get(self, name: str) -> StreamTable | None:

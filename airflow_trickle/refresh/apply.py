@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from airflow_trickle.catalog import StreamTable
 from airflow_trickle.catalog.model import utcnow
@@ -30,6 +31,7 @@ from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.spark.delta import refresh_commit
 from airflow_trickle.sql.parse import DIALECT, parse_query
 from airflow_trickle.sql.rewrite import pin_sources
+from airflow_trickle.repair import definition_properties
 from airflow_trickle.storage import replace_storage_sql
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,8 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
             if merge_sql:
                 sql = merge_sql
             elif replacing:
-                sql = replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns, st.storage)
+                sql = replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns, st.storage,
+                                          definition_properties(st, env.catalog.dependencies(st.name)))
             elif filling:
                 sql = fill_storage_sql(env, st, current)
             else:
@@ -143,6 +146,13 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
     if metrics is None:  # Delta skipped the commit: this (table, refresh number) already landed
         inserted = deleted = 0
         reason = "this refresh's commit had already landed; skipped by its transaction id"
+        # The commit that landed (an earlier attempt, killed before it could record it) may have
+        # consumed other versions than this attempt read: its frontier is what storage holds.
+        landed = next((r for r in recorded_refreshes(st.location) if r.get("seq") == seq), None)
+        if landed is not None and landed.get("frontier") is not None:
+            current = {name: int(version) for name, version in landed["frontier"].items()}
+            if landed.get("data_timestamp"):
+                data_timestamp = datetime.fromisoformat(landed["data_timestamp"])
     else:
         updated = int(metrics["num_updated_rows"] or 0)
         inserted = int(metrics["num_inserted_rows"] or 0) + updated

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from airflow_trickle.config import TrickleConfig
+from airflow_trickle.names import quote_string
 
 CATALOG_DIR = "_trickle"
 
@@ -153,9 +154,9 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
                 registered[database] = set()
             if table and table not in registered[database]:
-                location = on_disk[key].replace("\\", "\\\\").replace("'", "\\'")
+                location = quote_string(on_disk[key])
                 try:
-                    spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION '{location}'")
+                    spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION {location}")
                 except Exception:  # noqa: BLE001 - a table being created or dropped right now: next sync
                     continue
             seen.add(key)

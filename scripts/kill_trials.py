@@ -1,0 +1,78 @@
+"""Kill trials at length: refreshes killed (SIGKILL) at random moments, retried, checked.
+
+    .venv/bin/python scripts/kill_trials.py --trials 100 [--seed 1] [--keep]
+
+Starts a Spark service for a fresh warehouse, builds ``tests/kill_trials.py``'s scenario,
+measures each operation unkilled, then runs the trials: a random operation (refresh, FULL,
+REINITIALIZE, atomic group, ALTER), killed at a random moment within its measured duration
+(sometimes after it finished), retried and compared with the oracle.  Prints one line per
+trial and ``N/N exact``; exits 1 if any trial is not exact.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--operations", default=",".join(_operations()),
+                        help="comma-separated subset of the operations")
+    parser.add_argument("--keep", action="store_true", help="keep the warehouse (its path is printed)")
+    args = parser.parse_args()
+
+    from airflow_trickle import Trickle
+    from airflow_trickle.spark import service as svc
+    from tests import kill_trials
+
+    operations = [o.strip() for o in args.operations.split(",") if o.strip()]
+    warehouse = tempfile.mkdtemp(prefix="kill-trials-")
+    info = svc.start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
+    rng = random.Random(args.seed)
+    failures = 0
+    try:
+        tr = Trickle(warehouse, remote=info.address, shuffle_partitions=2)
+        scenario = kill_trials.setup(tr, warehouse, info.address, "kills")
+        durations = {op: kill_trials.measure(tr, scenario, op, rng) for op in operations}
+        print("unkilled:", ", ".join(f"{op} {took:.1f}s" for op, took in durations.items()), flush=True)
+        started = time.monotonic()
+        for number in range(1, args.trials + 1):
+            operation = rng.choice(operations)
+            kill_after = rng.uniform(0.0, 1.1 * durations[operation])
+            result = kill_trials.trial(tr, scenario, operation, kill_after, rng)
+            failures += not result.exact
+            print(f"{number:4d} {operation:13s} killed after {kill_after:5.1f}s "
+                  f"{'(mid-operation)' if result.killed else '(had finished)':16s} "
+                  f"{'exact' if result.exact else 'NOT EXACT'}", flush=True)
+            for problem in result.problems:
+                print("      " + problem.replace("\n", "\n      "), flush=True)
+        exact = args.trials - failures
+        print(f"{exact}/{args.trials} exact ({time.monotonic() - started:.0f}s)", flush=True)
+        tr.close()
+    finally:
+        svc.stop_service(warehouse)
+        if args.keep:
+            print("warehouse:", warehouse)
+        else:
+            shutil.rmtree(warehouse, ignore_errors=True)
+    return 1 if failures else 0
+
+
+def _operations():
+    from tests.kill_trials import OPERATIONS
+
+    return OPERATIONS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

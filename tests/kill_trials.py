@@ -1,0 +1,200 @@
+"""Kill trials: a refresh killed (SIGKILL) at a random moment, retried, checked against the oracle.
+
+A scenario is a warehouse with two sources and four stream tables: a join (bag), an aggregate
+over it (a stream table over a stream table), a top-K and a FULL-mode aggregate.  Each trial
+
+1. changes the sources at random (inserts, deletes, updates; NULLs and duplicate rows);
+2. starts one operation in a child process -- refresh everything (AUTO), everything FULL, a
+   REINITIALIZE, an atomic group, or an ALTER of a defining query -- against the Spark service
+   of the warehouse, and kills the child's whole process group at a random moment;
+3. retries in this process: refreshes every stream table in dependency order;
+4. checks every stream table against its defining query on the sources now (multiset
+   equality): no change lost, none applied twice.
+
+Over the Spark service a killed client's last Spark statement may still finish on the server
+after the kill (a data commit landing while the retry runs): the transaction id of each refresh
+commit and the frontier recorded in it are what keep that exact.
+
+The suite runs a few trials (``tests/test_service.py``); ``scripts/kill_trials.py`` runs many
+and prints ``N/N exact``.  ``python -m tests.kill_trials child ...`` is the child.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPERATIONS = ("refresh", "full", "reinitialize", "group", "alter")
+#: Two filters for the ALTER trials: the same output columns, different rows.
+_LINE_FILTERS = ("o.amount IS NULL OR o.amount > 2", "o.amount IS NOT NULL AND o.amount < 7")
+
+
+@dataclass
+class Scenario:
+    warehouse: str
+    remote: str
+    db: str
+    #: Stream tables in dependency order, with their defining queries.
+    queries: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def lines(self) -> str:
+        return f"{self.db}.lines"
+
+
+def lines_query(db: str, where: str) -> str:
+    return f"SELECT o.id, o.cid, o.amount, c.region FROM {db}.o o JOIN {db}.c c ON o.cid = c.id WHERE {where}"
+
+
+ALL_TABLES = ("lines", "totals", "top", "peaks")
+
+
+def setup(tr, warehouse: str, remote: str, db: str, tables: tuple[str, ...] = ALL_TABLES) -> Scenario:
+    """Sources and stream tables of a scenario (``tr`` works through the service at ``remote``);
+    ``tables``: which of them (``lines`` and ``totals`` are what every operation needs)."""
+    tr.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+    tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")
+    tr.sql(f"CREATE TABLE {db}.c (id INT, region STRING) USING delta")
+    tr.sql(f"INSERT INTO {db}.o VALUES (1, 1, 10), (2, 1, 3), (3, 2, NULL), (4, 2, 5), (4, 2, 5), (5, 3, 8)")
+    tr.sql(f"INSERT INTO {db}.c VALUES (1, 'n'), (2, 's'), (3, NULL), (1, 'n')")
+    scenario = Scenario(warehouse=warehouse, remote=remote, db=db)
+    definitions = [
+        ("lines", lines_query(db, _LINE_FILTERS[0]), "DIFFERENTIAL"),
+        ("totals", f"SELECT region, COUNT(*) AS n, SUM(amount) AS s FROM {db}.lines GROUP BY region", "DIFFERENTIAL"),
+        ("top", f"SELECT id, cid, amount FROM {db}.o ORDER BY amount DESC, id, cid LIMIT 3", "DIFFERENTIAL"),
+        ("peaks", f"SELECT cid, MAX(amount) AS peak FROM {db}.o GROUP BY cid", "FULL"),
+    ]
+    for name, query, mode in definitions:
+        if name not in tables:
+            continue
+        tr.create_stream_table(f"{db}.{name}", query, schedule=None, refresh_mode=mode)
+        scenario.queries[f"{db}.{name}"] = query
+    return scenario
+
+
+def change_sources(tr, db: str, rng: random.Random) -> None:
+    """A random batch: inserts (NULLs, duplicates), deletes and updates on both sources."""
+    def value(low, high):
+        return "NULL" if rng.random() < 0.15 else str(rng.randint(low, high))
+
+    rows = [f"({rng.randint(1, 12)}, {value(1, 4)}, {value(0, 12)})" for _ in range(rng.randint(1, 4))]
+    tr.sql(f"INSERT INTO {db}.o VALUES {', '.join(rows + rows[:1])}")  # one duplicate row
+    if rng.random() < 0.7:
+        tr.sql(f"DELETE FROM {db}.o WHERE id = {rng.randint(1, 12)}")
+    if rng.random() < 0.7:
+        tr.sql(f"UPDATE {db}.o SET amount = {value(0, 12)}, cid = {value(1, 4)} WHERE id = {rng.randint(1, 12)}")
+    if rng.random() < 0.3:
+        region = rng.choice(["'n'", "'s'", "'e'", "NULL"])
+        tr.sql(f"UPDATE {db}.c SET region = {region} WHERE id = {rng.randint(1, 4)}")
+
+
+def run_operation(tr, scenario: Scenario, operation: str) -> None:
+    """What the child does (also run unkilled to measure how long it takes)."""
+    names = list(scenario.queries)
+    if operation == "refresh":
+        for name in names:
+            tr.refresh_stream_table(name)
+    elif operation == "full":
+        for name in names:
+            tr.refresh_stream_table(name, mode="FULL")
+    elif operation == "reinitialize":
+        tr.refresh_stream_table(scenario.lines, mode="REINITIALIZE")
+        tr.refresh_stream_table(f"{scenario.db}.totals")
+    elif operation == "group":
+        tr.refresh_group([scenario.lines, f"{scenario.db}.totals"])
+    elif operation == "alter":
+        current = tr.get(scenario.lines).original_query
+        other = _LINE_FILTERS[1] if current.endswith(_LINE_FILTERS[0]) else _LINE_FILTERS[0]
+        tr.alter_stream_table(scenario.lines, query=lines_query(scenario.db, other))
+        tr.refresh_stream_table(f"{scenario.db}.totals")
+    else:
+        raise ValueError(f"unknown operation {operation!r}; one of {OPERATIONS}")
+
+
+def check(tr, scenario: Scenario) -> list[str]:
+    """Retry (refresh everything in dependency order), then compare each table with its query."""
+    from tests.oracle import multiset
+
+    problems = []
+    for name in scenario.queries:
+        result = tr.refresh_stream_table(name)
+        if result.status != "COMPLETED":
+            problems.append(f"{name}: the retry did not complete: {result.status} {result.reason}")
+    for name in scenario.queries:
+        query = tr.get(name).original_query  # after an ALTER, the query the catalog holds
+        stored, wanted = multiset(tr.read(name)), multiset(tr.sql(query))
+        if stored != wanted:
+            problems.append(f"{name} differs from its query\n stored: {stored}\n wanted: {wanted}")
+    return problems
+
+
+@dataclass
+class Trial:
+    operation: str
+    kill_after_s: float
+    killed: bool  # False: the child had finished before the kill
+    problems: list[str]
+
+    @property
+    def exact(self) -> bool:
+        return not self.problems
+
+
+def trial(tr, scenario: Scenario, operation: str, kill_after_s: float, rng: random.Random) -> Trial:
+    """Change the sources, start ``operation`` in a child, kill it ``kill_after_s`` seconds after
+    it is ready, retry and check."""
+    change_sources(tr, scenario.db, rng)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.kill_trials", "child", scenario.warehouse, scenario.remote, scenario.db,
+         operation, *scenario.queries],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, start_new_session=True)
+    try:
+        line = child.stdout.readline()
+        if line.strip() != "READY":
+            child.wait(timeout=60)
+            raise RuntimeError(f"the child did not start ({child.returncode}): {line!r}")
+        time.sleep(kill_after_s)
+        killed = child.poll() is None
+        if killed:
+            os.killpg(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+        child.stdout.close()
+    return Trial(operation, kill_after_s, killed, check(tr, scenario))
+
+
+def measure(tr, scenario: Scenario, operation: str, rng: random.Random) -> float:
+    """Seconds ``operation`` takes unkilled (after a change), checked like a trial."""
+    change_sources(tr, scenario.db, rng)
+    started = time.monotonic()
+    run_operation(tr, scenario, operation)
+    took = time.monotonic() - started
+    problems = check(tr, scenario)
+    if problems:
+        raise AssertionError(f"{operation} is not exact even unkilled: {problems}")
+    return took
+
+
+def _child(argv: list[str]) -> int:
+    warehouse, remote, db, operation, *names = argv
+    from airflow_trickle import Trickle
+
+    tr = Trickle(warehouse, remote=remote, shuffle_partitions=2)
+    tr.sync()
+    scenario = Scenario(warehouse=warehouse, remote=remote, db=db, queries={n: "" for n in names})
+    print("READY", flush=True)
+    run_operation(tr, scenario, operation)
+    print("DONE", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["child"]:
+        sys.exit("usage: python -m tests.kill_trials child WAREHOUSE REMOTE DB OPERATION NAME...")
+    sys.exit(_child(sys.argv[2:]))

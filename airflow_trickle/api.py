@@ -228,6 +228,15 @@ class Trickle:
 
         return repair(self, from_storage=from_storage)
 
+    def health(self, *, record_alerts: bool = True) -> list:
+        """Change-feed health per source and reader (:class:`~airflow_trickle.health.SourceHealth`):
+        the change feed on or off, the oldest version in the log, the retentions, and for each
+        reader the time left before a VACUUM may delete a change it has not read.  Readers AT_RISK
+        or BROKEN get an ALERT row in the history (``record_alerts``).  No Spark."""
+        from airflow_trickle.health import health
+
+        return health(self, record_alerts=record_alerts)
+
     # -- inspection ---------------------------------------------------------------------------
 
     def get(self, name: str) -> StreamTable:

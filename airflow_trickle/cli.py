@@ -4,6 +4,7 @@
     trickle --warehouse DIR refresh shop.totals --mode FULL
     trickle --warehouse DIR status --json
     trickle --warehouse DIR check            (exit 1 when catalog and data disagree)
+    trickle --warehouse DIR health           (exit 1 when a reader's change feed is at risk)
     trickle --warehouse DIR repair [--from-storage]
     trickle --warehouse DIR serve [--port 15002] [--detach | --stop | --status]
 
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain = verbs.add_parser("explain", help="operator tree and delta SQL of a stream table")
     explain.add_argument("name")
 
+    verbs.add_parser("health", help="change-feed health of every source per reader; exit 1 when a reader is at risk")
     verbs.add_parser("check", help="compare the catalog with the storage tables and sources; exit 1 on a problem")
     repair = verbs.add_parser("repair", help="rebuild lost catalog rows and frontiers from the storage tables")
     repair.add_argument("--from-storage", action="store_true",
@@ -221,6 +223,19 @@ def _verb(tr, args) -> int:
             print(json.dumps(explanation, indent=2, default=str))
         else:
             print(explanation["text"])
+    elif args.verb == "health":
+        from airflow_trickle.health import duration_text as _duration
+
+        report = tr.health()
+        rows = [{"source": s.source, "change_feed": "on" if s.change_feed else "off",
+                 "versions": f"{s.oldest_log_version}..{s.latest_version}",
+                 "retention": _duration(s.deleted_file_retention), "reader": r.stream_table,
+                 "frontier": r.frontier_version, "status": r.status,
+                 "time_left": _duration(r.time_left) if r.time_left is not None else None, "message": r.message}
+                for s in report for r in s.readers]
+        _emit(args, rows, columns=["source", "change_feed", "versions", "retention", "reader", "frontier", "status",
+                                   "time_left", "message"])
+        return 0 if all(s.status == "OK" for s in report) else 1
     elif args.verb == "check":
         findings = tr.check()
         if findings or args.json:

@@ -46,6 +46,9 @@ class TrickleConfig:
     max_fixpoint_iterations: int = 10
     #: Attempts for a catalog write that meets a concurrent Delta commit.
     catalog_write_attempts: int = 8
+    #: ``health`` reports a reader AT_RISK (and alerts) when a VACUUM of its source may delete a
+    #: change it has not read within this many hours.
+    change_feed_warning_hours: float = 24.0
 
     @classmethod
     def from_env(cls, **overrides) -> "TrickleConfig":

@@ -162,3 +162,8 @@ def table_configuration(location: str, storage_options: dict | None = None) -> d
 def column_names(location: str, storage_options: dict | None = None) -> list[str]:
     """The column names of the Delta table at ``location``, in order."""
     return [f.name for f in _open(location, storage_options).schema().fields]
+
+
+def commit_history(location: str, storage_options: dict | None = None) -> list[dict]:
+    """Every commit info still in the log (``version``, ``timestamp`` in ms, ``operation``...)."""
+    return list(_open(location, storage_options).history())

@@ -73,6 +73,7 @@ class Action(Choice):
     NONE = "NONE"  # failed before an action was chosen
     SUSPEND = "SUSPEND"
     FRESHNESS_MISS = "FRESHNESS_MISS"
+    CHANGE_FEED = "CHANGE_FEED"  # a source's change feed is at risk for this reader (``health.py``)
 
 
 class Outcome(Choice):

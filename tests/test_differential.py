@@ -33,7 +33,7 @@ def assert_matches(tr, name, query):
     ("SELECT o.id FROM {db}.o o WHERE o.cid NOT IN (SELECT c.id FROM {db}.c c WHERE c.id > o.amount)",
      "correlated NOT IN"),
     ("SELECT o.id, (SELECT c.region FROM {db}.c c WHERE c.id = o.cid) AS r FROM {db}.o o", "without a single aggregate"),
-    ("SELECT id FROM {db}.o ORDER BY id LIMIT 5", "LIMIT"),
+    ("SELECT id FROM {db}.o LIMIT 5", "LIMIT without ORDER BY"),
     ("SELECT id, uuid() AS u FROM {db}.o", "uuid()"),
     ("SELECT cid, COUNT(*) AS n, (SELECT max(id) FROM {db}.c) AS m FROM {db}.o GROUP BY cid", "scalar subquery"),
 ])
@@ -210,3 +210,43 @@ def test_a_replayed_commit_is_skipped_by_its_transaction_id(tr, db):
     assert tr.get(name).frontier == current
     assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
     assert_matches(tr, name, query)
+
+
+def test_change_feed_health_warns_before_a_vacuum_and_the_refresh_recovers_after_it(tr, db):
+    """Seed 004: a reader at risk is reported (and alerted) before a VACUUM breaks it; after a
+    real VACUUM the report says BROKEN and the refresh runs FULL, exactly."""
+    from datetime import timedelta
+
+    make_sources(tr, db)
+    name = f"{db}.watched"
+    query = f"SELECT cid, SUM(amount) AS s FROM {db}.o GROUP BY cid"
+    tr.create_stream_table(name, query)
+
+    def report():
+        return {s.source: s for s in tr.health()}[f"{db}.o"]
+
+    def reader():
+        return report().readers[0]
+
+    first = report()
+    assert first.change_feed and first.deleted_file_retention == timedelta(days=7)
+    assert (first.readers[0].status, first.readers[0].time_left) == ("OK", None)
+    tr.sql(f"UPDATE {db}.o SET amount = amount + 1 WHERE id = 1")  # change files, a removed data file
+    unread = reader()
+    assert unread.status == "OK" and timedelta(days=6) < unread.time_left <= timedelta(days=7)
+    tr.sql(f"ALTER TABLE {db}.o SET TBLPROPERTIES (delta.deletedFileRetentionDuration = 'interval 2 hours')")
+    at_risk = reader()
+    assert at_risk.status == "AT_RISK" and at_risk.time_left <= timedelta(hours=2), at_risk
+    alerts = [r for r in tr.history(name) if r.action == "CHANGE_FEED"]
+    assert len(alerts) == 1 and alerts[0].status == "ALERT" and "may delete them in" in alerts[0].reason
+    tr.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        tr.sql(f"VACUUM {db}.o RETAIN 0 HOURS")
+    finally:
+        tr.spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    broken = reader()
+    assert broken.status == "BROKEN" and "vacuumed" in broken.message, broken
+    result = tr.refresh_stream_table(name)
+    assert result.action == "FULL" and "change feed unavailable" in result.reason, result
+    assert_matches(tr, name, query)
+    assert reader().status == "OK"

@@ -151,7 +151,7 @@ class RefreshRecord(_Row):
     refresh_id: str
     st_name: str
     seq: int
-    action: str  # NO_DATA | FULL | DIFFERENTIAL | REINITIALIZE | SKIP | FRESHNESS_MISS
+    action: str  # NO_DATA | FULL | DIFFERENTIAL | REINITIALIZE | SKIP | FRESHNESS_MISS | CHANGE_FEED ...
     status: str  # COMPLETED | FAILED | SKIPPED | ALERT
     rows_inserted: int = 0
     rows_deleted: int = 0

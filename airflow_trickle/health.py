@@ -94,13 +94,31 @@ class SourceHealth:
 
 
 def health(env, *, record_alerts: bool = True, now: datetime | None = None) -> list[SourceHealth]:
-    """The change-feed health of every source of a stream table (see the module docstring)."""
+    """The change-feed health of every source of a stream table (see the module docstring);
+    ``record_alerts``: an ALERT history row for each reader AT_RISK or BROKEN."""
     now = now or utcnow()
-    warning = timedelta(hours=float(env.config.change_feed_warning_hours))
-    tables = {st.name: st for st in env.catalog.list()}
+    report = source_health(env.catalog, timedelta(hours=float(env.config.change_feed_warning_hours)), now)
+    if record_alerts:
+        _record_alerts(env, report, now)
+    return report
+
+
+def reader_status(report: list[SourceHealth]) -> dict[str, ReaderHealth]:
+    """Each reader's worst status over its sources (what the Stream tables page shows)."""
+    worst: dict[str, ReaderHealth] = {}
+    for source in report:
+        for reader in source.readers:
+            if reader.stream_table not in worst or _RANK[reader.status] > _RANK[worst[reader.stream_table].status]:
+                worst[reader.stream_table] = reader
+    return worst
+
+
+def source_health(catalog, warning: timedelta, now: datetime) -> list[SourceHealth]:
+    """:func:`health` without the alerts, from a catalog alone."""
+    tables = {st.name: st for st in catalog.list()}
     by_source: dict[str, list] = {}
-    for dep in env.catalog.dependencies():
-        if dep.st_name in tables:
+    for dep in catalog.dependencies():
+        if dep.st_name in tables and dep.source_location:  # rows of old catalogs may lack it
             by_source.setdefault(dep.source_name, []).append(dep)
     report = []
     for source, deps in sorted(by_source.items()):
@@ -112,8 +130,6 @@ def health(env, *, record_alerts: bool = True, now: datetime | None = None) -> l
                                     f"{source} cannot be read at {location}: {str(err)[:200]}") for d in deps]
             report.append(SourceHealth(source, location or "?", False, -1, -1, DEFAULT_DELETED_FILE_RETENTION,
                                        DEFAULT_LOG_RETENTION, readers))
-    if record_alerts:
-        _record_alerts(env, report, now)
     return report
 
 

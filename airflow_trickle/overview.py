@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow_trickle.graph import build_graph, effective_periods
+from airflow_trickle.health import reader_status, source_health
 from airflow_trickle.model import Action
 
 #: The default freshness target is this many effective periods (the project default).
@@ -35,8 +36,9 @@ def freshness_targets(catalog) -> dict[str, timedelta | None]:
     return targets
 
 
-def overview(catalog, now: datetime) -> list[dict]:
-    """One row per stream table: state, last refresh, data age against its target, recent refreshes.
+def overview(catalog, now: datetime, *, change_feed_warning_hours: float = 24.0) -> list[dict]:
+    """One row per stream table: state, last refresh, data age against its target, recent
+    refreshes, and the health of its sources' change feeds (``health.py``).
 
     >>> overview(type("Empty", (), {"list": lambda self: [], "dependencies": lambda self: []})(), None)
     []
@@ -45,13 +47,14 @@ def overview(catalog, now: datetime) -> list[dict]:
     if not tables:
         return []
     targets = freshness_targets(catalog)
+    feeds = reader_status(source_health(catalog, timedelta(hours=change_feed_warning_hours), now))
     history: dict[str, list] = {}
     for record in catalog.history(None, limit=RECENT * 3 * len(tables)):
         history.setdefault(record.st_name, []).append(record)
     rows = []
     for st in sorted(tables, key=lambda t: t.name):
         records = history.get(st.name, [])
-        refreshes = [r for r in records if r.action != Action.FRESHNESS_MISS][:RECENT]
+        refreshes = [r for r in records if r.action not in (Action.FRESHNESS_MISS, Action.CHANGE_FEED)][:RECENT]
         misses = [r for r in records if r.action == Action.FRESHNESS_MISS]
         last = refreshes[0] if refreshes else None
         age = (now - st.data_timestamp).total_seconds() if st.data_timestamp else None
@@ -73,6 +76,8 @@ def overview(catalog, now: datetime) -> list[dict]:
             "recent": [_record(r) for r in reversed(refreshes)],  # oldest first: a sparkline
             "last_miss": _record(misses[0]) if misses else None,
             "query": st.original_query,
+            "change_feed": ({"status": feeds[st.name].status, "message": feeds[st.name].message}
+                            if st.name in feeds else None),
         })
     return rows
 

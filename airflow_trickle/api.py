@@ -237,6 +237,15 @@ class Trickle:
 
         return health(self, record_alerts=record_alerts)
 
+    def maintain(self, names: list[str] | None = None, *, retention_hours: float | None = None) -> list:
+        """Compact (OPTIMIZE) and VACUUM the storage of ``names`` (default: all stream tables) with
+        a retention that keeps what every reader still needs, and compact the catalog; one
+        :class:`~airflow_trickle.maintain.Maintained` per table."""
+        from airflow_trickle.maintain import maintain
+
+        self.sync()
+        return maintain(self, [qualify_name(n) for n in names] if names else None, retention_hours=retention_hours)
+
     # -- inspection ---------------------------------------------------------------------------
 
     def get(self, name: str) -> StreamTable:

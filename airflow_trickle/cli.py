@@ -5,6 +5,7 @@
     trickle --warehouse DIR status --json
     trickle --warehouse DIR check            (exit 1 when catalog and data disagree)
     trickle --warehouse DIR health           (exit 1 when a reader's change feed is at risk)
+    trickle --warehouse DIR maintain [NAME...] [--retention-hours H]
     trickle --warehouse DIR repair [--from-storage]
     trickle --warehouse DIR serve [--port 15002] [--detach | --stop | --status]
 
@@ -98,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     explain = verbs.add_parser("explain", help="operator tree and delta SQL of a stream table")
     explain.add_argument("name")
 
+    maintain = verbs.add_parser("maintain", help="compact and vacuum storage and catalog tables, keeping what readers need")
+    maintain.add_argument("names", nargs="*", help="stream tables (default: all)")
+    maintain.add_argument("--retention-hours", type=float, default=None,
+                          help="VACUUM retention to aim for (default: each table's, 7 days); stretched for readers")
     verbs.add_parser("health", help="change-feed health of every source per reader; exit 1 when a reader is at risk")
     verbs.add_parser("check", help="compare the catalog with the storage tables and sources; exit 1 on a problem")
     repair = verbs.add_parser("repair", help="rebuild lost catalog rows and frontiers from the storage tables")
@@ -223,6 +228,11 @@ def _verb(tr, args) -> int:
             print(json.dumps(explanation, indent=2, default=str))
         else:
             print(explanation["text"])
+    elif args.verb == "maintain":
+        done = tr.maintain(args.names or None, retention_hours=args.retention_hours)
+        _emit(args, [asdict(m) for m in done],
+              columns=["table", "active_files_before", "active_files_after", "files_on_disk_before",
+                       "files_on_disk_after", "retained_hours", "note"])
     elif args.verb == "health":
         from airflow_trickle.health import duration_text as _duration
 

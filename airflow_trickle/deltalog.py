@@ -167,3 +167,8 @@ def column_names(location: str, storage_options: dict | None = None) -> list[str
 def commit_history(location: str, storage_options: dict | None = None) -> list[dict]:
     """Every commit info still in the log (``version``, ``timestamp`` in ms, ``operation``...)."""
     return list(_open(location, storage_options).history())
+
+
+def active_file_count(location: str, storage_options: dict | None = None) -> int:
+    """Data files in the newest version (what a read of the table opens)."""
+    return _open(location, storage_options).get_add_actions(flatten=True).num_rows

@@ -314,3 +314,35 @@ def test_a_cycle_elsewhere_does_not_block_other_definitions(tr, db):
     tr.create_stream_table(f"{db}.elsewhere", f"SELECT k FROM {db}.a", schedule="1m")  # not refused
     with pytest.raises(CycleError, match=rf"cycle: {db}\.q -> {db}\.p -> {db}\.q"):
         tr.alter_stream_table(f"{db}.q", query=f"SELECT k + 1 AS k FROM {db}.p")
+
+
+def test_maintain_compacts_and_vacuums_without_breaking_a_reader_that_is_behind(tr, db):
+    """``maintain`` shrinks a storage table that took many refreshes, and its VACUUM keeps what a
+    downstream stream table that has not refreshed since still needs (it stays DIFFERENTIAL)."""
+    tr.sql(f"CREATE TABLE {db}.src (k INT, v INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.src VALUES (1, 1), (2, 2)")
+    up, down = f"{db}.up", f"{db}.down"
+    tr.create_stream_table(up, f"SELECT k, v FROM {db}.src WHERE v > 0", schedule=None)
+    tr.create_stream_table(down, f"SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {db}.up GROUP BY k", schedule=None)
+    for i in range(4):  # up refreshes four times (appends add files, a MERGE rewrites); down not at all
+        tr.sql(f"INSERT INTO {db}.src VALUES ({i + 3}, {i + 1})")
+        if i == 3:
+            tr.sql(f"UPDATE {db}.src SET v = v + 1 WHERE k = 1")
+        assert tr.refresh_stream_table(up).action == "DIFFERENTIAL"
+    (storage,) = [m for m in tr.maintain([up], retention_hours=0) if m.table == up]
+    assert storage.active_files_after == 1 < storage.active_files_before
+    assert storage.retained_hours > 0 and down in storage.note  # stretched for the reader behind
+    assert storage.files_on_disk_after > storage.active_files_after  # the files of down's version kept
+    assert tr.refresh_stream_table(down).action == "DIFFERENTIAL"
+    assert visible(tr, down) == oracle(tr, down)
+    # down has no reader: the asked retention applies and only its active files stay on disk
+    tr.sql(f"DELETE FROM {db}.src WHERE k = 3")
+    for name in (up, down):
+        assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+    done = {m.table: m for m in tr.maintain([up, down], retention_hours=0)}
+    assert done[down].retained_hours == 0 and done[down].files_on_disk_after == done[down].active_files_after
+    assert {"_trickle.stream_tables", "_trickle.refresh_history"} <= set(done)
+    tr.sql(f"INSERT INTO {db}.src VALUES (9, 9)")
+    for name in (up, down):
+        assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+        assert visible(tr, name) == oracle(tr, name)

@@ -87,6 +87,21 @@ class CatalogStore:
             except Exception:  # noqa: BLE001 - housekeeping; a concurrent writer will compact later
                 pass
 
+    def compact_all(self, *, retention_hours: int = 1) -> list[tuple[str, int, int]]:
+        """Compact, checkpoint and vacuum every catalog table now (``trickle maintain``);
+        ``(table, active files before, after)`` for each.  Files a reader may still be opening
+        are kept for ``retention_hours``."""
+        done = []
+        for table in TABLES:
+            dt = self._table(table)
+            before = len(dt.file_uris())
+            self._retry(lambda: dt.optimize.compact(), what=f"compact catalog table {table}")
+            dt = self._table(table)
+            dt.create_checkpoint()
+            dt.vacuum(retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False)
+            done.append((table, before, len(self._table(table).file_uris())))
+        return done
+
     def _retry(self, action: Callable[[], object], *, what: str):
         """Run ``action``; on a commit conflict, back off and run it again from the start."""
         for attempt in range(1, self.write_attempts + 1):

@@ -164,9 +164,10 @@ def column_names(location: str, storage_options: dict | None = None) -> list[str
     return [f.name for f in _open(location, storage_options).schema().fields]
 
 
-def commit_history(location: str, storage_options: dict | None = None) -> list[dict]:
-    """Every commit info still in the log (``version``, ``timestamp`` in ms, ``operation``...)."""
-    return list(_open(location, storage_options).history())
+def commit_history(location: str, limit: int | None = None, storage_options: dict | None = None) -> list[dict]:
+    """The newest ``limit`` commit infos still in the log (all without one): ``version``,
+    ``timestamp`` in ms, ``operation``..."""
+    return list(_open(location, storage_options).history(limit))
 
 
 def active_file_count(location: str, storage_options: dict | None = None) -> int:

@@ -83,6 +83,7 @@ class SourceHealth:
     location: str
     change_feed: bool
     latest_version: int
+    #: The oldest version read from the log (as far back as the slowest reader needs).
     oldest_log_version: int
     deleted_file_retention: timedelta
     log_retention: timedelta
@@ -138,7 +139,10 @@ def _source_health(source: str, location: str, deps, tables, now: datetime, warn
 
     configuration = table_configuration(location)
     latest = latest_version(location)
-    commits = {int(c["version"]): c for c in commit_history(location) if "version" in c}
+    # only the commits of the widest unread window: a long log is not read to the start
+    frontiers = [tables[d.st_name].frontier.get(source) for d in deps]
+    window = max([latest - f for f in frontiers if f is not None and f < latest], default=0)
+    commits = {int(c["version"]): c for c in commit_history(location, window + 1) if "version" in c}
     oldest = min(commits, default=latest)
     result = SourceHealth(
         source=source, location=location,
@@ -165,9 +169,9 @@ def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, war
         status = OK if not note else AT_RISK
         return ReaderHealth(name, frontier, status, f"up to date: nothing unread{note}")
     needed = frontier + 1
-    if needed < src.oldest_log_version:
+    if needed not in commits:
         return ReaderHealth(name, frontier, BROKEN, f"the log of {src.source} no longer holds version {needed} "
-                            f"(oldest: {src.oldest_log_version}): the next refresh runs FULL")
+                            f"(log retention {duration_text(src.log_retention)}): the next refresh runs FULL")
     missing = _missing_files(src.location, needed, src.latest_version)
     if missing:
         return ReaderHealth(name, frontier, BROKEN, f"{len(missing)} file(s) of versions {needed}-{src.latest_version} "

@@ -84,7 +84,7 @@ def needed_hours(location: str, readers, tables, now: datetime) -> tuple[float, 
     if not behind:
         return 0.0, ""
     slowest = min(behind, key=behind.get)
-    commits = {int(c["version"]): c for c in commit_history(location) if "version" in c}
+    commits = {int(c["version"]): c for c in commit_history(location, latest - behind[slowest]) if "version" in c}
     written = commits.get(behind[slowest] + 1, {}).get("timestamp")
     if written is None:  # the commit is gone from the log: nothing left to protect
         return 0.0, ""

@@ -52,6 +52,25 @@ def recorded_refreshes(location: str, limit: int = 50, storage_options: dict | N
     return records
 
 
+def newest_refresh(location: str, storage_options: dict | None = None) -> dict | None:
+    """The record of the storage table's newest refresh commit (by commit version), or None.
+
+    The newest commit decides: after a group rollback, a RESTORE commit (carrying the restored
+    frontier under a higher number) supersedes the refresh it undid.
+    """
+    records = [r for r in recorded_refreshes(location, storage_options=storage_options)
+               if isinstance(r.get("seq"), int)]
+    return max(records, key=lambda r: r["version"], default=None)
+
+
+def commit_time(commit: dict | None):
+    """When a commit (one of :func:`commit_history`'s) was written, as a UTC datetime; None if unknown."""
+    from datetime import datetime, timezone
+
+    written = (commit or {}).get("timestamp")
+    return datetime.fromtimestamp(int(written) / 1000, tz=timezone.utc) if written is not None else None
+
+
 def commit_operations(location: str, start_version: int, end_version: int,
                       storage_options: dict | None = None) -> list[dict]:
     """Commit infos of versions in ``[start_version, end_version]``, oldest first."""

@@ -28,7 +28,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from urllib.parse import unquote
 
 from airflow_trickle.catalog.model import utcnow
@@ -158,6 +158,8 @@ def _source_health(source: str, location: str, deps, tables, now: datetime, warn
 
 
 def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, warning: timedelta) -> ReaderHealth:
+    from airflow_trickle.deltalog import commit_time
+
     frontier = st.frontier.get(src.source)
     name = st.name
     if st.effective_mode != "DIFFERENTIAL":
@@ -176,8 +178,7 @@ def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, war
     if missing:
         return ReaderHealth(name, frontier, BROKEN, f"{len(missing)} file(s) of versions {needed}-{src.latest_version} "
                             f"of {src.source} are gone (vacuumed), e.g. {missing[0]}: the next refresh runs FULL")
-    written = commits.get(needed, {}).get("timestamp")
-    since = datetime.fromtimestamp(int(written) / 1000, tz=timezone.utc) if written is not None else now
+    since = commit_time(commits.get(needed)) or now
     time_left = min(since + src.deleted_file_retention, since + src.log_retention) - now
     if dep.cdc_mode == "cdf" and not src.change_feed:
         return ReaderHealth(name, frontier, AT_RISK, f"the change data feed of {src.source} is off: refreshes "

@@ -16,7 +16,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.health import DEFAULT_DELETED_FILE_RETENTION, parse_interval
@@ -71,7 +71,7 @@ def maintain(env, names: list[str] | None = None, *, retention_hours: float | No
 def needed_hours(location: str, readers, tables, now: datetime) -> tuple[float, str]:
     """Hours of history the readers of the table at ``location`` still need, and which reader
     needs the most (0 when every reader is up to date)."""
-    from airflow_trickle.deltalog import commit_history, latest_version
+    from airflow_trickle.deltalog import commit_history, commit_time, latest_version
 
     latest = latest_version(location)
     behind = {}
@@ -85,10 +85,9 @@ def needed_hours(location: str, readers, tables, now: datetime) -> tuple[float, 
         return 0.0, ""
     slowest = min(behind, key=behind.get)
     commits = {int(c["version"]): c for c in commit_history(location, latest - behind[slowest]) if "version" in c}
-    written = commits.get(behind[slowest] + 1, {}).get("timestamp")
-    if written is None:  # the commit is gone from the log: nothing left to protect
+    since = commit_time(commits.get(behind[slowest] + 1))
+    if since is None:  # the commit is gone from the log: nothing left to protect
         return 0.0, ""
-    since = datetime.fromtimestamp(int(written) / 1000, tz=timezone.utc)
     return max(0.0, (now - since).total_seconds() / 3600), slowest
 
 

@@ -111,7 +111,7 @@ class Stored:
 
 def stored_stream_tables(env) -> dict[str, Stored]:
     """Every storage table of the warehouse that carries a definition, by stream-table name."""
-    from airflow_trickle.deltalog import column_names, recorded_refreshes, table_configuration
+    from airflow_trickle.deltalog import column_names, newest_refresh, table_configuration
     from airflow_trickle.names import HIDDEN_PREFIX
 
     found = {}
@@ -127,8 +127,7 @@ def stored_stream_tables(env) -> dict[str, Stored]:
             record = json.loads(raw)
         except ValueError:
             record = None
-        records = [r for r in recorded_refreshes(location) if isinstance(r.get("seq"), int)]
-        newest = max(records, key=lambda r: r["version"], default=None)
+        newest = newest_refresh(location)
         columns = [c for c in column_names(location) if not c.startswith(HIDDEN_PREFIX)]
         key = (record or {}).get("name") or name
         found[key] = Stored(name=key, location=location, record=record, newest=newest, visible_columns=columns)
@@ -211,7 +210,7 @@ def _compare(st: StreamTable, stored: Stored) -> list[Finding]:
     if stored.record is None:
         return [Finding(st.name, "WARNING", "the definition in its storage table is unreadable",
                         "trickle repair writes it again from the catalog")]
-    differing = [key for key in _DEFINED if key != "st_id" and stored.record.get(key) != getattr(st, key)]
+    differing = _differing(stored.record, st)
     if differing:
         findings.append(Finding(st.name, "WARNING", f"the catalog and the storage table disagree on "
                                 f"{', '.join(differing)} (an interrupted ALTER?)",
@@ -303,11 +302,15 @@ def repair(env, *, from_storage: bool = False) -> list[dict]:
     for name, current in sorted(catalog.items()):
         found = stored.get(name)
         if (found is None and current.location and _readable(current.location)) or (
-                found is not None and not from_storage and (found.record is None or any(
-                    found.record.get(k) != getattr(current, k) for k in _DEFINED if k != "st_id"))):
+                found is not None and not from_storage and (found.record is None or _differing(found.record, current))):
             record_definition(env, name)
             actions.append({"stream_table": name, "action": "wrote the catalog's definition to its storage table"})
     return actions
+
+
+def _differing(record: dict, st: StreamTable) -> list[str]:
+    """The definition fields (its id aside) on which a stored record and a catalog row disagree."""
+    return [key for key in _DEFINED if key != "st_id" and record.get(key) != getattr(st, key)]
 
 
 def _take_definition(env, current: StreamTable, stored: StreamTable) -> None:

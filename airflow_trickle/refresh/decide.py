@@ -15,7 +15,8 @@ import logging
 from dataclasses import dataclass
 
 from airflow_trickle.catalog import StreamTable
-from airflow_trickle.deltalog import changed_rows, latest_version, only_empty_commits, recorded_refreshes, row_count
+from airflow_trickle.deltalog import (changed_rows, latest_version, newest_refresh, only_empty_commits,
+                                      recorded_refreshes, row_count)
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
 from airflow_trickle.model import Action, RefreshMode, RunMode, Status
 from airflow_trickle.refresh.cost import ChangeEstimate, observed_fanout
@@ -145,10 +146,7 @@ def recover_frontier(catalog, st: StreamTable) -> Loaded:
     A refresh killed after its data commit but before its catalog update left the catalog one
     refresh behind; the frontier in the data commit is the truth.
     """
-    records = [r for r in recorded_refreshes(st.location) if isinstance(r.get("seq"), int)]
-    # the newest commit decides: after a group rollback, a RESTORE commit (carrying the restored
-    # frontier under a higher number) supersedes the refresh it undid
-    newest = max(records, key=lambda r: r["version"], default=None)
+    newest = newest_refresh(st.location)
     if newest is None or newest["seq"] <= st.refresh_seq:
         return Loaded(st, None, newest)
 

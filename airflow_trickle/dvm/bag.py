@@ -66,18 +66,30 @@ def bag_append_sql(target: str, columns: list[str], delta_sql: str, *, seq: int,
 
 
 def _bag_merge(target: str, columns: list[str], delta_sql: str, dup_type: str = "bigint") -> str:
+    """The MERGE applying a bag delta: per content, +k copies numbered after the highest stored
+    number, or the k highest-numbered stored copies deleted (numbers need not be dense: appends
+    number copies per refresh).
+
+    The consolidated delta is joined once with the stored copies of the contents it names, and
+    that one join yields both the inserted and the deleted copies: the delta (which may join a
+    whole source) is computed twice -- once to find the stored copies, once joined with them --
+    rather than once per use.
+    """
     cols = ", ".join(f"`{c}`" for c in columns)
-    # The consolidated delta and the stored copies it touches are named once (a WITH clause):
-    # each is used twice below, and Spark then analyses and plans the delta once, not four times.
-    hashed, stored = "SELECT * FROM __trickle_hashed", "SELECT * FROM __trickle_stored"
-    # +k copies: numbered after the highest stored number; −k copies: the k highest stored
-    # numbers are deleted (numbers need not be dense: appends number copies per refresh).
-    removed = (f"SELECT {cols}, __y.__rid AS `{ROW_ID}`, CAST(__s.__dup AS {dup_type}) AS `{DUP}`, 'D' AS __op "
-               f"FROM ({hashed}) AS __y JOIN ({stored}) AS __s ON __y.__rid = __s.__rid "
-               f"WHERE __y.{W} < 0 AND __s.__rank <= -__y.{W}")
-    ops = (f"WITH __trickle_hashed AS ({_hashed_delta(columns, delta_sql)}), "
-           f"__trickle_stored AS ({_stored_copies(target, hashed)}) "
-           f"SELECT *, 'I' AS __op FROM ({_inserted_copies(columns, hashed, stored, dup_type)}) UNION ALL {removed}")
+    # Each stored copy of a changed content with its rank from the highest number, and that number.
+    stored = (f"SELECT `{ROW_ID}` AS __rid, `{DUP}` AS __dup, "
+              f"row_number() OVER (PARTITION BY `{ROW_ID}` ORDER BY `{DUP}` DESC) AS __rank, "
+              f"MAX(`{DUP}`) OVER (PARTITION BY `{ROW_ID}`) AS __n "
+              f"FROM {quote_name(target)} WHERE `{ROW_ID}` IN (SELECT __rid FROM __trickle_hashed)")
+    # A gained content keeps one row (its top copy, or none stored) to number the new copies
+    # from; a lost content keeps the copies it loses, each deleted by its own number.
+    paired = (f"SELECT __h.*, __s.__dup, CAST(COALESCE(__s.__n, 0) AS BIGINT) AS __n FROM __trickle_hashed AS __h "
+              f"LEFT JOIN ({stored}) AS __s ON __h.__rid = __s.__rid "
+              f"WHERE (__h.{W} > 0 AND COALESCE(__s.__rank, 1) = 1) OR (__h.{W} < 0 AND __s.__rank <= -__h.{W})")
+    copies = (f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__copy AS {dup_type}) AS `{DUP}`, "
+              f"IF({W} > 0, 'I', 'D') AS __op FROM ({paired}) AS __p "
+              f"LATERAL VIEW explode(IF({W} > 0, sequence(__n + 1, __n + {W}), array(__dup))) AS __copy")
+    ops = f"WITH __trickle_hashed AS ({_hashed_delta(columns, delta_sql)}) {copies}"
     all_cols = columns + [ROW_ID, DUP]
     return (f"MERGE INTO {quote_name(target)} AS t USING ({ops}) AS s "
             f"ON t.`{ROW_ID}` = s.`{ROW_ID}` AND t.`{DUP}` = s.`{DUP}` "

@@ -71,6 +71,46 @@ class Definition:
     blockers: list[str] = field(default_factory=list)
 
 
+def _positive_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _flag(value) -> bool:
+    return isinstance(value, bool) or str(value).lower() in ("true", "false", "1", "0", "yes", "no", "on", "off")
+
+
+#: The per-table options a stream table accepts: what each holds, and its check.
+OPTIONS = {
+    "diamond_consistency": ("'none' or 'atomic'", lambda v: v in ("none", "atomic")),
+    "diamond_schedule_policy": ("'fastest' or 'slowest'", lambda v: v in ("fastest", "slowest")),
+    "freshness_seconds": ("a positive number of seconds", _positive_number),
+    "differential_max_change_ratio": ("a positive number", _positive_number),
+    "differential_max_touched_ratio": ("a positive number", _positive_number),
+    "strict": ("true or false", _flag),
+}
+
+
+def check_options(options: dict | None, *, stream_table: str) -> dict:
+    """The options, checked: an unknown key (a typo would silently do nothing) or a bad value is
+    refused with the accepted keys or values."""
+    from airflow_trickle.errors import DefinitionError
+
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise DefinitionError(f"options must be a mapping of option names to values, not {options!r}",
+                              stream_table=stream_table)
+    unknown = sorted(str(key) for key in options if key not in OPTIONS)
+    if unknown:
+        raise DefinitionError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
+                              stream_table=stream_table, hint=f"the options are {', '.join(OPTIONS)}")
+    for key, value in options.items():
+        wanted, accepts = OPTIONS[key]
+        if not accepts(value):
+            raise DefinitionError(f"option {key!r} must be {wanted}, not {value!r}", stream_table=stream_table)
+    return dict(options)
+
+
 def schema_fingerprint(columns: list[tuple[str, str]]) -> str:
     return xxhash.xxh64(json.dumps(columns).encode()).hexdigest()
 

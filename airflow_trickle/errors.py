@@ -68,6 +68,16 @@ class ProjectError(DefinitionError):
     """A project file (or its Python form) is malformed: a missing field, a bad value, an unreadable file."""
 
 
+class ProjectErrors(ProjectError):
+    """Several stream tables of a project are wrong: all of them are reported at once (``errors``),
+    each naming its stream table, so that one edit fixes them all."""
+
+    def __init__(self, project: str, errors: list[TrickleError]):
+        self.errors = list(errors)
+        lines = "\n".join(f"  - {err}" for err in self.errors)
+        super().__init__(f"project {project!r} has {len(self.errors)} problems:\n{lines}")
+
+
 class InvalidParameterError(TrickleError):
     """A manual-run parameter (tables, mode, include flags) is not acceptable."""
 

@@ -14,7 +14,7 @@ import uuid
 
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.definition import Definition, analyze, mode_choice
+from airflow_trickle.definition import Definition, analyze, check_options, check_static, mode_choice
 from airflow_trickle.errors import DefinitionError, StreamTableNotFoundError, UnsupportedConstructError
 from airflow_trickle.model import CdcMode, RefreshMode, Status, StorageLayout
 from airflow_trickle.names import qualify_name, quote_name
@@ -37,6 +37,9 @@ def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bo
     """
     from airflow_trickle.storage import drop_storage_table
 
+    # What needs no Spark is refused before Spark starts (a bad schedule should not cost a JVM).
+    check_static(name, query, schedule, refresh_mode or env.config.default_refresh_mode)
+    options = check_options(options, stream_table=qualify_name(name))
     env.sync()
     definition = analyze(env.spark, name=name, query=query, schedule=schedule,
                          refresh_mode=refresh_mode or env.config.default_refresh_mode,
@@ -163,11 +166,18 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
     error count) or options.  Every value is checked before anything changes."""
     qualified = qualify_name(name)
     st = env.get(qualified)
+    # Every value that needs no Spark is checked before the query (the one step that writes
+    # data) is replaced: a bad schedule must not leave a half-applied ALTER behind.
+    if schedule is not UNSET:
+        schedule = parse_schedule(schedule, stream_table=qualified).text
+    if refresh_mode is not UNSET:
+        RefreshMode.parse(refresh_mode, what="refresh mode", stream_table=qualified)
+    if status is not UNSET:
+        status = Status.parse(status, what="status", stream_table=qualified)
+    options = check_options(options, stream_table=qualified)
     if query is not UNSET:
         st = replace_query(env, st, query, None if refresh_mode is UNSET else refresh_mode)
         refresh_mode = UNSET
-    if schedule is not UNSET:
-        schedule = parse_schedule(schedule, stream_table=qualified).text
     new_mode = effective = reason = None
     if refresh_mode is not UNSET:
         new_mode = RefreshMode.parse(refresh_mode, what="refresh mode", stream_table=qualified)
@@ -176,8 +186,6 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
             raise UnsupportedConstructError(f"cannot be maintained in DIFFERENTIAL mode: {blockers[0]}",
                                             construct=blockers[0], stream_table=qualified)
         effective, reason = mode_choice(new_mode, blockers)
-    if status is not UNSET:
-        status = Status.parse(status, what="status", stream_table=qualified)
 
     def change(row: StreamTable) -> None:
         if schedule is not UNSET:

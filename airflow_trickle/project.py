@@ -32,7 +32,8 @@ import networkx as nx
 
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.definition import check_static
-from airflow_trickle.errors import CycleError, ProjectError, UnknownSourceError, UnsupportedConstructError
+from airflow_trickle.errors import CycleError, ProjectError, ProjectErrors, TrickleError, UnknownSourceError
+from airflow_trickle.errors import UnsupportedConstructError
 from airflow_trickle.graph import build_graph, consistency_groups, effective_periods, find_cycle, group_period
 from airflow_trickle.graph import topological_order
 from airflow_trickle.model import RefreshMode
@@ -280,12 +281,21 @@ def project_from_dict(data: dict, *, base_dir: Path) -> Project:
         raise ProjectError(f"project {name!r}: 'stream_tables' must be a non-empty list")
 
     specs: dict[str, StreamTableSpec] = {}
+    problems: list[TrickleError] = []  # every stream table's, reported together
     for index, entry in enumerate(entries):
-        spec = _stream_table(entry, index, defaults, base_dir)
+        try:
+            spec = _stream_table(entry, index, defaults, base_dir)
+        except TrickleError as err:
+            problems.append(err)
+            continue
         if spec.name in specs:
-            raise ProjectError(f"stream table '{spec.name}' is declared twice in project {name!r}")
+            problems.append(ProjectError(f"declared twice in project {name!r}", stream_table=spec.name))
         specs[spec.name] = spec
-    _check_sources(specs, declared)
+    problems += _source_problems(specs, declared)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise ProjectErrors(name, problems)
 
     graph = build_graph([(source, spec.name) for spec in specs.values() for source in spec.sources],
                         stream_tables=specs)
@@ -316,7 +326,7 @@ def project_from_dict(data: dict, *, base_dir: Path) -> Project:
 
 
 def _stream_table(entry: Any, index: int, defaults: dict, base_dir: Path) -> StreamTableSpec:
-    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
         raise ProjectError(f"stream_tables[{index}] needs a 'name'")
     label = entry["name"]
     unknown = set(entry) - _TABLE_KEYS
@@ -357,16 +367,13 @@ def _stream_table(entry: Any, index: int, defaults: dict, base_dir: Path) -> Str
                            description=str(entry.get("description") or ""), sources=tuple(source_names(ast)))
 
 
-def _check_sources(specs: dict[str, StreamTableSpec], declared: tuple[str, ...] | None) -> None:
+def _source_problems(specs: dict[str, StreamTableSpec], declared: tuple[str, ...] | None) -> list[TrickleError]:
     if declared is None:
-        return
-    for spec in specs.values():
-        for source in spec.sources:
-            if source not in specs and source not in declared:
-                raise UnknownSourceError(
-                    f"the defining query reads '{source}', which is neither a stream table of the project "
-                    "nor one of its declared sources", stream_table=spec.name,
-                    hint="add it under 'sources:' or define it as a stream table")
+        return []
+    return [UnknownSourceError(f"the defining query reads '{source}', which is neither a stream table of the "
+                               "project nor one of its declared sources", stream_table=spec.name,
+                               hint="add it under 'sources:' or define it as a stream table")
+            for spec in specs.values() for source in spec.sources if source not in specs and source not in declared]
 
 
 def _choice(entry: dict, defaults: dict, key: str, allowed: tuple[str, ...], default: str, table: str) -> str:

@@ -13,6 +13,9 @@ from croniter import croniter
 
 from airflow_trickle.errors import InvalidScheduleError
 
+#: The longest duration schedule: a year (beyond it, a cron expression says what is meant).
+MAX_EVERY = timedelta(days=366)
+
 _DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
 
 
@@ -84,8 +87,12 @@ def parse_schedule(text: str | None, *, stream_table: str | None = None) -> Sche
     match = _DURATION.match(raw)
     if match and any(match.groupdict().values()):
         parts = {k: int(v) for k, v in match.groupdict().items() if v}
-        every = timedelta(days=parts.get("d", 0), hours=parts.get("h", 0),
-                          minutes=parts.get("m", 0), seconds=parts.get("s", 0))
+        seconds = parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600 + parts.get("m", 0) * 60 + parts.get("s", 0)
+        if seconds > MAX_EVERY.total_seconds():
+            raise InvalidScheduleError(f"schedule {raw!r} is longer than {format_duration(MAX_EVERY)}",
+                                       stream_table=stream_table, hint="for rarer refreshes use a cron expression "
+                                                                       "such as '@yearly', or no schedule")
+        every = timedelta(seconds=seconds)
         if every <= timedelta(0):
             raise InvalidScheduleError(f"schedule {raw!r} must be longer than zero", stream_table=stream_table)
         return Schedule(text=raw, every=every)

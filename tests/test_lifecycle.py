@@ -180,6 +180,12 @@ def test_alter_schedule_mode_and_status(tr, db):
     assert tr.alter_stream_table(name, schedule="*/10 * * * *").schedule == "*/10 * * * *"
     with pytest.raises(InvalidScheduleError, match=name):
         tr.alter_stream_table(name, schedule="soon")
+    # a bad value beside a new query refuses the whole ALTER before the query is replaced
+    with pytest.raises(InvalidScheduleError, match=name):
+        tr.alter_stream_table(name, query=f"SELECT id FROM {db}.orders", schedule="soon")
+    with pytest.raises(DefinitionError, match="unknown option 'stric'"):
+        tr.alter_stream_table(name, query=f"SELECT id FROM {db}.orders", options={"stric": True})
+    assert tr.get(name).original_query == f"SELECT * FROM {db}.orders"
     assert tr.alter_stream_table(name, status="SUSPENDED").status == "SUSPENDED"
     tr.sql(f"INSERT INTO {db}.orders VALUES (8, 8, 8)")
     skipped = tr.refresh_stream_table(name)

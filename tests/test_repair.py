@@ -20,7 +20,7 @@ def test_definition_round_trips_through_the_storage_property():
                      original_query="SELECT a FROM shop.o WHERE n <> \"it's \\\\\"", schedule="5m",
                      refresh_mode="DIFFERENTIAL", effective_mode="DIFFERENTIAL", output_columns=["a"],
                      storage=StorageLayout(identity=Identity.BAG, strategy=Strategy.BAG, columns=[("a", "int")]),
-                     options={"freshness_target": "2m"}, created_at=datetime(2026, 1, 2, tzinfo=timezone.utc))
+                     options={"freshness_seconds": 120}, created_at=datetime(2026, 1, 2, tzinfo=timezone.utc))
     deps = [Dependency(st_name="shop.t", source_name="shop.o", source_type="TABLE", source_location="/w/shop.db/o",
                        columns_used=["a", "n"], cdc_mode="cdf", schema_fingerprint="f1")]
     record = json.loads(definition_properties(st, deps)[DEFINITION_KEY])
@@ -51,7 +51,7 @@ def test_catalog_lost_damaged_or_behind_is_rebuilt_from_the_storage_tables(tr, d
     queries = {kept: f"SELECT id, cid, amount FROM {db}.o WHERE note IS NULL OR note <> \"it's a \\\\ test\"",
                totals: f"SELECT cid, COUNT(*) AS n, SUM(amount) AS s FROM {db}.kept GROUP BY cid"}
     tr.create_stream_table(kept, queries[kept], schedule="5m")
-    tr.create_stream_table(totals, queries[totals], schedule=None, options={"freshness_target": "10m"})
+    tr.create_stream_table(totals, queries[totals], schedule=None, options={"freshness_seconds": 600})
     tr.sql(f"INSERT INTO {db}.o VALUES (4, 2, 1, NULL)")
     for name in (kept, totals):
         assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"

@@ -31,12 +31,16 @@ def parse_query(text: str, *, stream_table: str | None = None) -> exp.Query:
     try:
         statements = [s for s in sqlglot.parse(str(text), read=DIALECT) if s is not None]
     except (ParseError, TokenError) as err:
-        raise InvalidQueryError(f"the defining query does not parse: {_first_line(err)}", stream_table=stream_table) from err
+        raise InvalidQueryError(f"the defining query does not parse: {_parse_failure(err, str(text))}",
+                                stream_table=stream_table) from err
     if len(statements) != 1:
         raise InvalidQueryError(
             f"the defining query must be one statement, found {len(statements)}", stream_table=stream_table
         )
     query = statements[0]
+    misspelled = _misspelled_start(str(text))
+    if misspelled:
+        raise InvalidQueryError(f"the defining query does not parse: {misspelled}", stream_table=stream_table)
     if not isinstance(query, exp.Query):
         raise InvalidQueryError(
             f"the defining query must be a SELECT query, found {query.key.upper()}", stream_table=stream_table
@@ -99,6 +103,48 @@ def nondeterministic_calls(query: exp.Expression) -> list[str]:
 
 def _first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+#: Words a query (or a statement someone may mistake for one) starts with.
+_STATEMENT_WORDS = ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "INSERT", "UPDATE", "DELETE", "MERGE", "CREATE",
+                    "DROP", "ALTER", "SHOW", "DESCRIBE", "EXPLAIN", "SET", "USE", "CACHE")
+
+
+def _misspelled_start(text: str) -> str | None:
+    """Why a text whose first word is no statement keyword is no query (``SELEC id`` parses as
+    an aliased column); None when it starts with one."""
+    import difflib
+
+    words = text.lstrip().lstrip("(").split(None, 1)
+    word = words[0].upper() if words else ""
+    if not word.isalpha() or word in _STATEMENT_WORDS:
+        return None
+    close = difflib.get_close_matches(word, ("SELECT", "WITH", "FROM"), n=1, cutoff=0.6)
+    return (f"it starts with {words[0]!r}, not SELECT or WITH"
+            + (f" (did you mean {close[0]}?)" if close else ""))
+
+
+def _parse_failure(err: Exception, text: str) -> str:
+    """Where and why a text does not parse, in words: the token, its line and column, and the
+    text around it -- not the parser's internals (``Required keyword: 'this' missing for <class …>``)."""
+    misspelled = _misspelled_start(text)
+    if misspelled:
+        return misspelled
+    if isinstance(err, TokenError):
+        return f"it cannot be split into tokens (is a quote not closed?): {_first_line(err)}"
+    where = (getattr(err, "errors", None) or [{}])[0]
+    token = where.get("highlight")
+    if not token:
+        return _first_line(err)
+    description = str(where.get("description") or "")
+    if description.startswith("Expecting "):
+        why = f"expected {description.removeprefix('Expecting ').strip()} before {token!r}"
+    elif description.startswith("Required keyword") or "missing" in description:
+        why = f"incomplete at {token!r}"
+    else:
+        why = f"unexpected {token!r}"
+    shown = f"{where.get('start_context', '')}>>>{token}<<<{where.get('end_context', '')}".strip()
+    return f"{why} (line {where.get('line')}, column {where.get('col')}): {shown}"
 
 
 def columns_used(qualified: exp.Expression, *, database: str = DEFAULT_DATABASE) -> dict[str, list[str]]:

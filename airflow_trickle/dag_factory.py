@@ -57,6 +57,8 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
         project = load_project(project)
     settings = project.airflow
     wanted = get_parsing_context().dag_id
+    if settings.maintenance and wanted in (None, settings.maintenance_dag_id):
+        maintenance_dag(project)  # registered with Airflow by its `with DAG(...)` block
     if wanted and wanted != settings.dag_id:
         return None
 
@@ -101,6 +103,36 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
                     tasks[parent] >> task
             else:
                 plan >> task
+    return dag
+
+
+def maintenance_dag(project: Project | str | os.PathLike) -> DAG:
+    """The DAG ``<dag_id>__maintenance`` on the project's ``airflow.maintenance`` schedule: one
+    task that compacts (OPTIMIZE) and VACUUMs every stream table of the project and compacts the
+    catalog, keeping every version a reader still needs (:mod:`airflow_trickle.maintain`).
+
+    :func:`stream_table_dag` makes it beside the refresh DAG when the schedule is set (it is
+    off by default); a separate DAG, so that its cadence is Airflow's to keep."""
+    from airflow_trickle.operators.refresh import StreamTableMaintenanceOperator
+
+    if not isinstance(project, Project):
+        project = load_project(project)
+    settings = project.airflow
+    if not settings.maintenance:
+        raise ValueError(f"project {project.name!r} has no airflow.maintenance schedule")
+    default_args = {"retries": settings.retries, "retry_delay": settings.retry_delay}
+    if settings.pool:
+        default_args["pool"] = settings.pool
+    retention = settings.maintenance_retention_hours
+    with DAG(dag_id=settings.maintenance_dag_id, schedule=_airflow_schedule(settings.maintenance),
+             start_date=datetime.fromisoformat(settings.start_date).replace(tzinfo=timezone.utc), catchup=False,
+             max_active_runs=1, tags=[*settings.tags, "maintenance"], default_args=default_args,
+             doc_md=(f"# Maintenance of project `{project.name}`\n\nOPTIMIZE and VACUUM of its "
+                     f"{len(project.stream_tables)} stream tables (retention: "
+                     f"{'each table' + chr(39) + 's own' if retention is None else f'{retention:g} h'}, stretched "
+                     "for readers that still need older files), then the catalog compacted. Refreshes of a "
+                     "table wait while it is maintained.")) as dag:
+        StreamTableMaintenanceOperator(task_id="maintain", project=project)
     return dag
 
 

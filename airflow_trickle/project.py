@@ -52,7 +52,8 @@ _TABLE_KEYS = {"name", "query", "query_file", "schedule", "refresh_mode", "diamo
 _DEFAULT_KEYS = {"schedule", "refresh_mode", "diamond_consistency", "diamond_schedule_policy", "freshness_factor"}
 _SPARK_KEYS = {"connection", "conn_id", "submit", "conf", "deploy_mode", "driver_memory", "executor_memory", "num_executors"}
 _AIRFLOW_KEYS = {"dag_id", "schedule", "pool", "tags", "freshness_notifier", "deadline", "deadline_callback",
-                 "max_active_runs", "retries", "retry_delay", "start_date"}
+                 "max_active_runs", "retries", "retry_delay", "start_date", "maintenance",
+                 "maintenance_retention_hours"}
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,15 @@ class AirflowSettings:
     retries: int = 0
     retry_delay: timedelta = timedelta(seconds=30)
     start_date: str = "2024-01-01"
+    #: Schedule of the maintenance DAG (``<dag_id>__maintenance``: OPTIMIZE and VACUUM of every
+    #: stream table, see :mod:`airflow_trickle.maintain`); ``None``, the default, makes none.
+    maintenance: str | None = None
+    #: Its VACUUM retention in hours (default: each table's own); stretched for lagging readers.
+    maintenance_retention_hours: float | None = None
+
+    @property
+    def maintenance_dag_id(self) -> str:
+        return f"{self.dag_id}__maintenance"
 
 
 @dataclass
@@ -443,5 +453,13 @@ def _airflow_settings(raw: dict, project: str) -> AirflowSettings:
         values["tags"] = tuple(values["tags"])
     if "retry_delay" in values:
         values["retry_delay"] = parse_schedule(str(values["retry_delay"])).every or timedelta(seconds=30)
+    if values.get("maintenance") is not None:
+        values["maintenance"] = str(values["maintenance"])
+        if parse_schedule(values["maintenance"]).is_calculated:
+            values["maintenance"] = None  # an empty schedule: no maintenance DAG
+    hours = values.get("maintenance_retention_hours")
+    if hours is not None and (isinstance(hours, bool) or not isinstance(hours, (int, float)) or hours < 0):
+        raise ProjectError(f"project {project!r}: airflow.maintenance_retention_hours must be a number of hours "
+                           f"(0 or more), not {hours!r}")
     return AirflowSettings(dag_id=dag_id, schedule=None if schedule is None else str(schedule), **values)
 

@@ -183,7 +183,8 @@ def check(env) -> list[Finding]:
         if stored_one is None:
             exists = st.location and _readable(st.location)
             if not exists:
-                findings.append(Finding(name, "ERROR", f"its storage table is missing ({st.location})",
+                where = f" ({st.location})" if st.location else " (the catalog records no location)"
+                findings.append(Finding(name, "ERROR", f"its storage table is missing{where}",
                                         f"drop it (trickle drop {name}) and create it again"))
                 continue
             findings.append(Finding(name, "WARNING", "its storage table does not carry its definition "

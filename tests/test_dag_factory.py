@@ -133,3 +133,44 @@ def test_building_the_dag_imports_no_spark_and_parses_fast(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ}).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_a_maintenance_schedule_adds_a_maintenance_dag_beside_the_refresh_dag(tmp_path, monkeypatch_module):
+    """Off by default; with ``airflow.maintenance`` the dags-folder file yields a second DAG whose
+    one task maintains every stream table (found by Airflow's own DAG-folder parser)."""
+    import yaml
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_trickle.operators.refresh import StreamTableMaintenanceOperator
+
+    data = yaml.safe_load(EXAMPLE.read_text())
+    for entry in data["stream_tables"]:
+        if "query_file" in entry:
+            entry["query"] = (EXAMPLE.parent / entry.pop("query_file")).read_text()
+    project = tmp_path / "trickle.yaml"
+    project.write_text(yaml.safe_dump(data))
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "shop_dag.py").write_text(
+        "from airflow_trickle.dag_factory import stream_table_dag\n"
+        f"dag = stream_table_dag({str(project)!r})\n")
+
+    assert set(DagBag(dag_folder=str(tmp_path / "dags")).dag_ids) == {"trickle_shop"}
+
+    data.setdefault("airflow", {}).update({"maintenance": "@daily", "maintenance_retention_hours": 48})
+    project.write_text(yaml.safe_dump(data))
+    bag = DagBag(dag_folder=str(tmp_path / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    assert set(bag.dag_ids) == {"trickle_shop", "trickle_shop__maintenance"}
+    maintenance = bag.dags["trickle_shop__maintenance"]
+    task = maintenance.get_task("maintain")
+    assert isinstance(task, StreamTableMaintenanceOperator) and maintenance.task_ids == ["maintain"]
+    assert task.stream_tables == list(bag.dags["trickle_shop"].get_task("plan").project.stream_tables)
+    assert task.retention_hours == 48 and "maintenance" in maintenance.tags and maintenance.max_active_runs == 1
+
+    data["airflow"]["maintenance_retention_hours"] = "a week"
+    project.write_text(yaml.safe_dump(data))
+    from airflow_trickle.errors import ProjectError
+    from airflow_trickle.project import load_project
+
+    with pytest.raises(ProjectError, match="maintenance_retention_hours must be a number of hours"):
+        load_project(project)

@@ -81,6 +81,26 @@ def test_the_cli_works_through_the_running_service(home):
     assert embedded.returncode != 0
 
 
+def test_the_maintenance_task_works_through_the_service(home, monkeypatch):
+    """The maintenance DAG's task (``airflow.maintenance``), run as Airflow runs it over a
+    ``spark_connect`` connection: it maintains the project's tables that exist, in this process."""
+    from airflow_trickle.operators.refresh import StreamTableMaintenanceOperator
+    from airflow_trickle.project import define_project
+
+    host, port = home["info"].host_port
+    monkeypatch.setenv("AIRFLOW_CONN_TRICKLE_SERVICE", json.dumps({"conn_type": "spark_connect",
+                                                                    "host": f"sc://{host}", "port": port}))
+    project = define_project("cli", warehouse=home["warehouse"], spark={"connection": "trickle_service"},
+                             airflow={"maintenance": "@daily", "maintenance_retention_hours": 200},
+                             stream_tables=[{"name": "cli.total", "query": "SELECT SUM(v) AS s FROM cli.src"},
+                                            {"name": "cli.not_yet", "query": "SELECT k FROM cli.src"}])
+    task = StreamTableMaintenanceOperator(task_id="maintain", project=project)
+    done = task.execute({})
+    assert [d["table"] for d in done if not d["table"].startswith("_trickle")] == ["cli.total"]
+    total = next(d for d in done if d["table"] == "cli.total")
+    assert total["active_files_after"] <= total["active_files_before"] and total["retained_hours"] >= 200
+
+
 def test_concurrent_refreshes_share_the_service_and_never_apply_twice(home):
     """Four sessions at once, as four tasks of one DAG run: two stream tables (a MERGE and an
     append), each refreshed twice simultaneously.  Each change lands exactly once."""

@@ -22,6 +22,8 @@ TABLES = ("stream_tables", "dependencies", "refresh_history", "consistency_group
 
 #: Compact a catalog table once it holds more data files than this.
 _COMPACT_AFTER_FILES = 64
+#: Hours a compacted-away catalog file stays on disk for readers that opened an older snapshot.
+_READER_GRACE_HOURS = 1
 
 
 class CatalogStore:
@@ -83,7 +85,9 @@ class CatalogStore:
             try:
                 dt.optimize.compact()
                 dt.create_checkpoint()
-                dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+                # Not 0: a reader in another process may have opened the snapshot before the
+                # compaction and still be opening its files.
+                dt.vacuum(retention_hours=_READER_GRACE_HOURS, enforce_retention_duration=False, dry_run=False)
             except Exception:  # noqa: BLE001 - housekeeping; a concurrent writer will compact later
                 pass
 

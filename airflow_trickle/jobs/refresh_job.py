@@ -33,6 +33,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--initiated-by", default="AIRFLOW", help="recorded in each history row")
     parser.add_argument("--group", default=None,
                         help="JSON {members, convergence_points} of the atomic group the tables belong to")
+    parser.add_argument("--maintain", action="store_true",
+                        help="OPTIMIZE and VACUUM the tables (and compact the catalog) instead of refreshing them")
+    parser.add_argument("--retention-hours", type=float, default=None, help="with --maintain: the VACUUM retention")
     return parser.parse_args(argv)
 
 
@@ -107,6 +110,21 @@ def run(tr, spec: dict, tables: list[str], *, mode: RunMode, initiated_by: str, 
     return outcomes
 
 
+def maintain(tr, tables: list[str], *, retention_hours: float | None = None) -> list[dict]:
+    """OPTIMIZE and VACUUM the storage of ``tables`` (those that exist yet) and compact the
+    catalog; one outcome per table, printed as for a refresh."""
+    from dataclasses import asdict
+
+    registered = {st.name for st in tr.catalog.list()}
+    present = [t for t in tables if t in registered]
+    if not present:  # nothing created yet (and no name means every table of the warehouse)
+        return []
+    outcomes = [asdict(done) for done in tr.maintain(present, retention_hours=retention_hours)]
+    for outcome in outcomes:
+        print(RESULT_PREFIX + json.dumps(outcome), flush=True)
+    return outcomes
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     spec = json.loads(args.spec)
@@ -122,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     tr = Trickle(spec["warehouse"], spark=spark, config=config)
     try:
         tr.sync()
-        run(tr, spec, tables, mode=args.mode, initiated_by=args.initiated_by,
-            group=json.loads(args.group) if args.group else None)
+        if args.maintain:
+            maintain(tr, tables, retention_hours=args.retention_hours)
+        else:
+            run(tr, spec, tables, mode=args.mode, initiated_by=args.initiated_by,
+                group=json.loads(args.group) if args.group else None)
     except TrickleError as err:
         print(f"airflow_trickle: {err}", file=sys.stderr, flush=True)
         return 1

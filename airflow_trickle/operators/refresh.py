@@ -130,18 +130,15 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
             outcomes.update(self._refresh_over_connect(project, unit, needing, selection.mode, tag))
             self._emit_asset_events(context, outcomes)
             return outcomes
-        self.application_args = ["--spec", json.dumps(project.to_job_spec(needing)), "--tables", ",".join(needing),
-                                 "--mode", selection.mode.value, "--initiated-by", tag]
+        args = ["--spec", json.dumps(project.to_job_spec(needing)), "--tables", ",".join(needing),
+                "--mode", selection.mode.value, "--initiated-by", tag]
         if unit.is_group:
-            self.application_args += ["--group", json.dumps({"members": list(unit.members),
-                                                             "convergence_points": list(unit.convergence_points)})]
-        self.conf = {**self._session_conf(), **(self.conf or {})}
-        self.env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-                         **(self.env_vars or {})}
+            args += ["--group", json.dumps({"members": list(unit.members),
+                                            "convergence_points": list(unit.convergence_points)})]
         started = utcnow() - timedelta(seconds=1)
         self.log.info("refreshing %s in a Spark job (mode %s)", ", ".join(needing), selection.mode)
         try:
-            super().execute(context)
+            self._submit(context, args)
         except Exception as err:
             failure = _newest_failure(hook, needing, started)
             raise AirflowException(failure or f"refresh job for {', '.join(needing)} failed: {err}") from err
@@ -149,6 +146,26 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
             outcomes[name] = _outcome(hook, name, started)
         self._emit_asset_events(context, outcomes)
         return outcomes
+
+    def _submit(self, context, args: list[str]) -> None:
+        """spark-submit the job with ``args``, the project's Spark settings and this Python."""
+        self.application_args = args
+        self.conf = {**self._session_conf(), **(self.conf or {})}
+        self.env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                         **(self.env_vars or {})}
+        SparkSubmitOperator.execute(self, context)
+
+    def _connect(self, project: Project):
+        """A :class:`~airflow_trickle.api.Trickle` over the Spark service of the connection."""
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from airflow_trickle.api import Trickle
+
+        address = SparkConnectHook(self._conn_id).get_connection_url()
+        self.log.info("working over Spark Connect at %s", address)
+        tr = Trickle(project.warehouse, remote=address, config=project.config())
+        tr.sync()
+        return tr
 
     def _tolerance(self) -> timedelta:
         from airflow_trickle.schedule import parse_schedule
@@ -192,19 +209,14 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
     def _refresh_over_connect(self, project: Project, unit: RefreshUnit, names: list[str], mode: str,
                               tag: str) -> dict[str, dict]:
         """Run the refresh job's steps in this process, against the Spark service."""
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-
-        from airflow_trickle.api import Trickle
         from airflow_trickle.errors import TrickleError
         from airflow_trickle.jobs.refresh_job import run
 
-        address = SparkConnectHook(self._conn_id).get_connection_url()
-        self.log.info("refreshing %s over Spark Connect at %s (mode %s)", ", ".join(names), address, mode)
+        self.log.info("refreshing %s (mode %s)", ", ".join(names), mode)
         group = ({"members": list(unit.members), "convergence_points": list(unit.convergence_points)}
                  if unit.is_group else None)
-        tr = Trickle(project.warehouse, remote=address, config=project.config())
+        tr = self._connect(project)
         try:
-            tr.sync()
             results = run(tr, project.to_job_spec(names), names, mode=mode, initiated_by=tag, group=group)
         except TrickleError as err:
             raise AirflowException(str(err)) from None
@@ -317,6 +329,54 @@ def _newest_failure(hook, names: list[str], started) -> str | None:
             if record.status == "FAILED" and record.start_time and record.start_time >= started:
                 return record.error_message
     return None
+
+
+class StreamTableMaintenanceOperator(StreamTableRefreshOperator):
+    """OPTIMIZE and VACUUM the storage of every stream table of ``project`` and compact the
+    catalog (:mod:`airflow_trickle.maintain`), the way refreshes run (Spark service or
+    spark-submit).  It holds the tables' refresh locks meanwhile: a refresh waits rather than
+    racing a compaction (Delta would make one of the two retry).
+
+    :param retention_hours: the VACUUM retention (default: the project's
+        ``airflow.maintenance_retention_hours``, else each table's own); stretched for readers
+        that still need older files, never shortened below what they need.
+    """
+
+    ui_color = "#ece6f5"
+    custom_operator_name = "Stream table maintenance"
+
+    def __init__(self, *, project: Project | str, retention_hours: float | None = None, **kwargs) -> None:
+        project = project if isinstance(project, Project) else load_project(project)
+        kwargs.setdefault("name", f"trickle-maintenance-{project.name}"[:200])
+        super().__init__(project=project, stream_tables=list(project.stream_tables), check_schedule=False, **kwargs)
+        self.retention_hours = (project.airflow.maintenance_retention_hours if retention_hours is None
+                                else retention_hours)
+
+    def execute(self, context) -> list[dict]:
+        from airflow_trickle.errors import TrickleError
+        from airflow_trickle.jobs.refresh_job import maintain
+        from airflow_trickle.refresh.lock import refresh_lock
+
+        names = self.stream_tables
+        with refresh_lock(self.project.warehouse, names,
+                          on_wait=lambda name: self.log.info("%s is being refreshed; waiting for it", name)):
+            if self._submits():
+                retention = [] if self.retention_hours is None else ["--retention-hours", str(self.retention_hours)]
+                self._submit(context, ["--spec", json.dumps(self.project.to_job_spec(names)),
+                                       "--tables", ",".join(names), "--maintain", *retention])
+                return []  # the job printed what it did in the task log
+            tr = self._connect(self.project)
+            try:
+                done = maintain(tr, names, retention_hours=self.retention_hours)
+            except TrickleError as err:
+                raise AirflowException(str(err)) from None
+            finally:
+                tr.close()
+        for table in done:
+            self.log.info("%s: %s -> %s active files, retention %.1f h%s", table["table"],
+                          table["active_files_before"], table["active_files_after"], table["retained_hours"],
+                          f" ({table['note']})" if table["note"] else "")
+        return done
 
 
 class StreamTableSelectionOperator(BaseOperator):

@@ -244,26 +244,28 @@ class Block(Node):
         if self.is_aggregate:
             keys = ", ".join(g.sql(DIALECT) for g in self.group) or "(scalar)"
             aggs = ", ".join(a.sql(DIALECT) for a in self.aggregates) or "(distinct keys)"
-            lines.append(f"{pad}Aggregate group by {keys}: {aggs}")
+            lines.append(f"{pad}Aggregate group by {keys}: {aggs}  [groups touched by the input's delta, "
+                         "before and after]")
             if self.template.args.get("having"):
                 lines.append(f"{pad}  having {self.template.args['having'].this.sql(DIALECT)}")
         else:
-            lines.append(f"{pad}Project {', '.join(self.columns)}")
+            lines.append(f"{pad}Project {', '.join(self.columns)}  [linear: π(Δ)]")
         depth += 1
         pad = "  " * depth
         for lateral in self.template.args.get("laterals") or []:
             lines.append(f"{pad}Generate {lateral.sql(DIALECT).strip()}  [per input row: linear]")
         where = self.template.args.get("where")
         if where:
-            lines.append(f"{pad}Filter {where.this.sql(DIALECT)}")
+            lines.append(f"{pad}Filter {where.this.sql(DIALECT)}  [linear: σ(Δ)]")
             depth += 1
         if len(self.items) > 1:
             joins = self.template.args.get("joins") or []
             conditions = " AND ".join(j.args["on"].sql(DIALECT) for j in joins if j.args.get("on")) or "cross"
             kinds = [" ".join(p for p in (j.side, j.kind) if p).upper() or "INNER" for j in joins]
             shown = "" if set(kinds) <= {"INNER", "CROSS"} else f" {', '.join(kinds)}"
-            lines.append("  " * depth + f"Join [{len(self.items)}-way{shown}, on {conditions}]")
             keyed = [alias for i, (alias, _) in enumerate(self.items) if not self.is_linear_in(i)]
+            rule = ("padding transitions" if keyed else "each input's delta joined with the others' states")
+            lines.append("  " * depth + f"Join [{len(self.items)}-way{shown}, on {conditions}]  [{rule}]")
             if keyed:
                 lines.append("  " * depth + f"  [delta of {', '.join(keyed)}: rows of the changed join keys, "
                                             "recomputed before and after]")

@@ -42,7 +42,7 @@ class UnionAll(Node):
         return union_all([self._aligned(c, c.delta(v), True) for c in changed])
 
     def explain(self, depth: int = 0) -> list[str]:
-        lines = ["  " * depth + "UnionAll"]
+        lines = ["  " * depth + "UnionAll  [linear: the inputs' deltas, concatenated]"]
         for child in self.children:
             lines += child.explain(depth + 1)
         return lines

@@ -23,7 +23,7 @@ from airflow_trickle.deltalog import has_no_data_files, latest_version, recorded
 from airflow_trickle.errors import RefreshError
 from airflow_trickle.model import Action, RefreshMode
 from airflow_trickle.names import quote_name
-from airflow_trickle.refresh.cost import full_is_cheaper
+from airflow_trickle.refresh.cost import full_is_cheaper, touched_rows_matter
 from airflow_trickle.refresh.decide import change_estimate
 from airflow_trickle.refresh.failures import is_change_feed_unavailable, is_evaluation_error, short, with_retries
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
@@ -79,8 +79,9 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
         too_costly = estimate and full_is_cheaper(
             estimate, max_change_ratio=float(st.options.get("differential_max_change_ratio",
                                                             env.config.differential_max_change_ratio)),
-            max_touched_ratio=float(st.options.get("differential_max_touched_ratio",
-                                                   env.config.differential_max_touched_ratio)))
+            max_touched_ratio=(float(st.options.get("differential_max_touched_ratio",
+                                                    env.config.differential_max_touched_ratio))
+                               if touched_rows_matter(st.storage.strategy) else float("inf")))
         if too_costly and _is_strict(st):
             raise RefreshError(f"DIFFERENTIAL refused by the cost model: {too_costly}", stream_table=st.name,
                                hint="the stream table is strict (options: strict); refresh it FULL, or drop the "

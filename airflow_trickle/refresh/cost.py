@@ -57,6 +57,23 @@ def touched_rows(metrics: dict) -> int:
     return sum(int(metrics.get(key) or 0) for key in _TOUCHED_METRICS)
 
 
+def touched_rows_matter(strategy) -> bool:
+    """Whether a delta's cost grows with the stored rows it touches, for a stream table stored
+    with ``strategy``.  Not for an algebraic aggregate: its state is advanced from the change
+    rows alone and the MERGE updates at most the touched groups, so touching every group of a
+    small aggregate (TPC-H q1: 2,000 changed line items, 4 groups) costs what the change costs
+    -- no reason to recompute it.  A bag delta re-emits the rows it touches, and recomputing
+    affected groups reads their whole input: those grow with the touched rows.
+
+    >>> from airflow_trickle.model import Strategy
+    >>> [touched_rows_matter(s) for s in (Strategy.BAG, Strategy.ALGEBRAIC, Strategy.RECOMPUTE, None)]
+    [True, False, True, True]
+    """
+    from airflow_trickle.model import Strategy
+
+    return strategy != Strategy.ALGEBRAIC
+
+
 def full_is_cheaper(estimate: ChangeEstimate, *, max_change_ratio: float, max_touched_ratio: float) -> str | None:
     """Why recomputing beats the delta for this change, or None when the delta wins."""
     ratio = estimate.changed_rows / max(estimate.source_rows, 1)

@@ -48,7 +48,7 @@ def pytest_configure(config):
 #: Seconds each long Spark module took on 2 cores (run-tests.sh, November 2026).  Test processes
 #: take whole files (``--dist loadfile``) in collection order, so the longest go first: a long
 #: file started last would leave the other process idle at the end.
-LONG_MODULES = {"test_dvm_oracle.py": 540, "test_tpch.py": 350, "test_cascade.py": 330,
+LONG_MODULES = {"test_dvm_oracle.py": 530, "test_tpch.py": 410, "test_cascade.py": 330,
                 "test_dvm_oracle_joins.py": 320, "test_service.py": 270, "test_differential.py": 210,
                 "test_airflow_example.py": 180, "test_lifecycle.py": 140}
 

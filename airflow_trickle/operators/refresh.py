@@ -156,15 +156,24 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
         SparkSubmitOperator.execute(self, context)
 
     def _connect(self, project: Project):
-        """A :class:`~airflow_trickle.api.Trickle` over the Spark service of the connection."""
+        """A :class:`~airflow_trickle.api.Trickle` over the Spark service of the connection
+        (an unreachable service fails the task with the library's message)."""
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         from airflow_trickle.api import Trickle
+        from airflow_trickle.errors import TrickleError
 
         address = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("working over Spark Connect at %s", address)
         tr = Trickle(project.warehouse, remote=address, config=project.config())
-        tr.sync()
+        try:
+            tr.sync()
+        except TrickleError as err:
+            tr.close()
+            raise AirflowException(str(err)) from None
+        except BaseException:
+            tr.close()
+            raise
         return tr
 
     def _tolerance(self) -> timedelta:

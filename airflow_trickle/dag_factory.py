@@ -63,21 +63,18 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
         return None
 
     params = trigger_form(project)
-    default_args = {"retries": settings.retries, "retry_delay": settings.retry_delay}
-    if settings.pool:
-        default_args["pool"] = settings.pool
     if deadline is None and os.environ.get("TRICKLE_DAG_DEADLINES", "").lower() in ("off", "false", "0"):
         deadline = False
     use_deadline = settings.deadline if deadline is None else deadline
     kwargs = {
         "dag_id": settings.dag_id,
         "schedule": _airflow_schedule(project.tick()),
-        "start_date": datetime.fromisoformat(settings.start_date).replace(tzinfo=timezone.utc),
+        "start_date": _start_date(settings),
         "catchup": False,
         "max_active_runs": settings.max_active_runs,
         "params": params,
         "tags": list(settings.tags),
-        "default_args": default_args,
+        "default_args": _default_args(settings),
         "doc_md": _doc(project),
         **({"deadline": freshness_deadline(project)} if use_deadline and freshness_deadline(project) else {}),
         **dag_kwargs,
@@ -120,13 +117,10 @@ def maintenance_dag(project: Project | str | os.PathLike) -> DAG:
     settings = project.airflow
     if not settings.maintenance:
         raise ValueError(f"project {project.name!r} has no airflow.maintenance schedule")
-    default_args = {"retries": settings.retries, "retry_delay": settings.retry_delay}
-    if settings.pool:
-        default_args["pool"] = settings.pool
     retention = settings.maintenance_retention_hours
     with DAG(dag_id=settings.maintenance_dag_id, schedule=_airflow_schedule(settings.maintenance),
-             start_date=datetime.fromisoformat(settings.start_date).replace(tzinfo=timezone.utc), catchup=False,
-             max_active_runs=1, tags=[*settings.tags, "maintenance"], default_args=default_args,
+             start_date=_start_date(settings), catchup=False,
+             max_active_runs=1, tags=[*settings.tags, "maintenance"], default_args=_default_args(settings),
              doc_md=(f"# Maintenance of project `{project.name}`\n\nOPTIMIZE and VACUUM of its "
                      f"{len(project.stream_tables)} stream tables (retention: "
                      f"{'each table' + chr(39) + 's own' if retention is None else f'{retention:g} h'}, stretched "
@@ -184,6 +178,18 @@ def freshness_deadline(project: Project):
             "targets": {n: int(t.total_seconds()) for n, t in sorted(targets.items())},
             "interval_seconds": int(tightest.total_seconds())}),
         name=f"freshness of {project.name}")
+
+
+def _default_args(settings) -> dict:
+    """Task defaults of the project's DAGs: retries, and the pool that caps their Spark work."""
+    default_args = {"retries": settings.retries, "retry_delay": settings.retry_delay}
+    if settings.pool:
+        default_args["pool"] = settings.pool
+    return default_args
+
+
+def _start_date(settings) -> datetime:
+    return datetime.fromisoformat(settings.start_date).replace(tzinfo=timezone.utc)
 
 
 def _airflow_schedule(tick: str | None):

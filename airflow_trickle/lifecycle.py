@@ -170,17 +170,16 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
     # data) is replaced: a bad schedule must not leave a half-applied ALTER behind.
     if schedule is not UNSET:
         schedule = parse_schedule(schedule, stream_table=qualified).text
-    if refresh_mode is not UNSET:
-        RefreshMode.parse(refresh_mode, what="refresh mode", stream_table=qualified)
+    new_mode = (None if refresh_mode is UNSET
+                else RefreshMode.parse(refresh_mode, what="refresh mode", stream_table=qualified))
     if status is not UNSET:
         status = Status.parse(status, what="status", stream_table=qualified)
     options = check_options(options, stream_table=qualified)
     if query is not UNSET:
-        st = replace_query(env, st, query, None if refresh_mode is UNSET else refresh_mode)
-        refresh_mode = UNSET
-    new_mode = effective = reason = None
-    if refresh_mode is not UNSET:
-        new_mode = RefreshMode.parse(refresh_mode, what="refresh mode", stream_table=qualified)
+        st = replace_query(env, st, query, new_mode)
+        new_mode = None  # the new query's row already carries the mode
+    effective = reason = None
+    if new_mode is not None:
         blockers = st.storage.blockers
         if new_mode == RefreshMode.DIFFERENTIAL and blockers:
             raise UnsupportedConstructError(f"cannot be maintained in DIFFERENTIAL mode: {blockers[0]}",

@@ -28,9 +28,11 @@ def _hashed_delta(columns: list[str], delta_sql: str) -> str:
 
 
 def _stored_copies(target: str, hashed: str) -> str:
-    """The stored copy numbers of the contents in ``hashed``, ranked from the highest."""
+    """The stored copy numbers of the contents in ``hashed``, ranked from the highest, with that
+    highest number (``__n``)."""
     return (f"SELECT `{ROW_ID}` AS __rid, `{DUP}` AS __dup, "
-            f"row_number() OVER (PARTITION BY `{ROW_ID}` ORDER BY `{DUP}` DESC) AS __rank "
+            f"row_number() OVER (PARTITION BY `{ROW_ID}` ORDER BY `{DUP}` DESC) AS __rank, "
+            f"MAX(`{DUP}`) OVER (PARTITION BY `{ROW_ID}`) AS __n "
             f"FROM {quote_name(target)} WHERE `{ROW_ID}` IN (SELECT __rid FROM ({hashed}) AS __h0)")
 
 
@@ -76,11 +78,7 @@ def _bag_merge(target: str, columns: list[str], delta_sql: str, dup_type: str = 
     rather than once per use.
     """
     cols = ", ".join(f"`{c}`" for c in columns)
-    # Each stored copy of a changed content with its rank from the highest number, and that number.
-    stored = (f"SELECT `{ROW_ID}` AS __rid, `{DUP}` AS __dup, "
-              f"row_number() OVER (PARTITION BY `{ROW_ID}` ORDER BY `{DUP}` DESC) AS __rank, "
-              f"MAX(`{DUP}`) OVER (PARTITION BY `{ROW_ID}`) AS __n "
-              f"FROM {quote_name(target)} WHERE `{ROW_ID}` IN (SELECT __rid FROM __trickle_hashed)")
+    stored = _stored_copies(target, "SELECT * FROM __trickle_hashed")
     # A gained content keeps one row (its top copy, or none stored) to number the new copies
     # from; a lost content keeps the copies it loses, each deleted by its own number.
     paired = (f"SELECT __h.*, __s.__dup, CAST(COALESCE(__s.__n, 0) AS BIGINT) AS __n FROM __trickle_hashed AS __h "

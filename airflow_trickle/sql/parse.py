@@ -28,19 +28,19 @@ def parse_query(text: str, *, stream_table: str | None = None) -> exp.Query:
     """
     if not text or not str(text).strip():
         raise InvalidQueryError("the defining query is empty", stream_table=stream_table)
+    misspelled = _misspelled_start(str(text))
+    if misspelled:
+        raise InvalidQueryError(f"the defining query does not parse: {misspelled}", stream_table=stream_table)
     try:
         statements = [s for s in sqlglot.parse(str(text), read=DIALECT) if s is not None]
     except (ParseError, TokenError) as err:
-        raise InvalidQueryError(f"the defining query does not parse: {_parse_failure(err, str(text))}",
+        raise InvalidQueryError(f"the defining query does not parse: {_parse_failure(err)}",
                                 stream_table=stream_table) from err
     if len(statements) != 1:
         raise InvalidQueryError(
             f"the defining query must be one statement, found {len(statements)}", stream_table=stream_table
         )
     query = statements[0]
-    misspelled = _misspelled_start(str(text))
-    if misspelled:
-        raise InvalidQueryError(f"the defining query does not parse: {misspelled}", stream_table=stream_table)
     if not isinstance(query, exp.Query):
         raise InvalidQueryError(
             f"the defining query must be a SELECT query, found {query.key.upper()}", stream_table=stream_table
@@ -124,12 +124,9 @@ def _misspelled_start(text: str) -> str | None:
             + (f" (did you mean {close[0]}?)" if close else ""))
 
 
-def _parse_failure(err: Exception, text: str) -> str:
+def _parse_failure(err: Exception) -> str:
     """Where and why a text does not parse, in words: the token, its line and column, and the
     text around it -- not the parser's internals (``Required keyword: 'this' missing for <class …>``)."""
-    misspelled = _misspelled_start(text)
-    if misspelled:
-        return misspelled
     if isinstance(err, TokenError):
         return f"it cannot be split into tokens (is a quote not closed?): {_first_line(err)}"
     where = (getattr(err, "errors", None) or [{}])[0]

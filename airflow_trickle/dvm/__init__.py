@@ -51,27 +51,65 @@ def _refresh_versions(env, st, current: dict[str, int], deps):
                     use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
 
 
-def differential_merge(env, st, current: dict[str, int], *, probe: bool = True) -> tuple[str | None, str | None]:
+def differential_merge(env, st, current: dict[str, int], *, probe: bool = True,
+                       scratch: list[str] | None = None) -> tuple[str | None, str | None]:
     """The MERGE applying the change from ``st.frontier`` to ``current``, or ``(None, why not)``.
 
     A top-K first runs a one-row probe (``probe``; ``explain`` runs nothing) to learn whether a
-    row left its top k, in which case its new rows are recomputed from the query.
+    row left its top k, in which case its new rows are recomputed from the query.  Given a
+    ``scratch`` list, the probe's input is computed once into a temporary view whose name is
+    appended there, and the MERGE reads it; the caller drops the views after the commit
+    (:func:`drop_scratch_views`).
     """
-    from airflow_trickle.dvm.apply import differential_merge_sql, top_k_probe_sql
+    from airflow_trickle.dvm.apply import differential_merge_sql, top_k_of
     from airflow_trickle.dvm.base import Unsupported
 
     if set(st.frontier) != set(current):
         return None, "the set of sources differs from the frontier"
     versions = _refresh_versions(env, st, current, env.catalog.dependencies(st.name))
     try:
-        probe_sql = top_k_probe_sql(st, versions, versions.columns) if probe else None
-        beyond = probe_sql is not None and not env.spark.sql(probe_sql).first()[0]
-        if beyond:
-            log.info("%s: a row left the top-K; its rows are recomputed from the query",
-                                             st.name)
-        return differential_merge_sql(st, versions, versions.columns, beyond_boundary=beyond), None
+        top = top_k_of(st, versions.columns) if probe else None
+        beyond, candidates = _top_k_boundary(env, st, top, versions, scratch) if top else (False, None)
+        return differential_merge_sql(st, versions, versions.columns, beyond_boundary=beyond,
+                                      candidates=candidates), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
+
+
+def _top_k_boundary(env, st, top, versions, scratch: list[str] | None) -> tuple[bool, str | None]:
+    """Whether a row left the top k of ``st`` (its rows must be recomputed from the query), and
+    the view holding the stored rows plus the delta when they suffice.
+
+    Both the probe and the MERGE read the candidates (the stored rows plus the query's delta,
+    which for an aggregate over joins reads the sources' states): computed once, into a local
+    checkpoint, they cost one evaluation instead of two.  A local checkpoint lives with the
+    session's executors, so a lost executor fails the commit, which is then retried whole.
+    """
+    import uuid
+
+    probe_sql = top.boundary_probe(st.name, versions)
+    if probe_sql is None:
+        return False, None
+    candidates = None
+    if scratch is not None:
+        candidates = f"__trickle_candidates_{uuid.uuid4().hex}"
+        env.spark.sql(top.candidates_sql(st.name, versions)).localCheckpoint().createOrReplaceTempView(candidates)
+        scratch.append(candidates)
+        probe_sql = top.boundary_probe(st.name, versions, candidates)
+    if env.spark.sql(probe_sql).first()[0]:
+        return False, candidates
+    log.info("%s: a row left the top-K; its rows are recomputed from the query", st.name)
+    return True, None
+
+
+def drop_scratch_views(env, scratch: list[str]) -> None:
+    """Drop the temporary views a refresh made (:func:`differential_merge`)."""
+    for view in scratch:
+        try:
+            env.spark.catalog.dropTempView(view)
+        except Exception:  # noqa: BLE001 - a view left behind is only a name in this session
+            log.debug("could not drop the temporary view %s", view, exc_info=True)
+    scratch.clear()
 
 
 def differential_append(env, st, current: dict[str, int]) -> str | None:

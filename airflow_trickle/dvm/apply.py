@@ -68,19 +68,20 @@ def full_source_sql(st, versions: Versions, columns: dict[str, list[str]]) -> st
     return keyed_full_sql(block, versions, st.storage.state_exprs)
 
 
-def top_k_probe_sql(st, versions: Versions, columns: dict[str, list[str]]) -> str | None:
-    """For a top-K stream table, the query deciding whether its refresh must read beyond the
-    stored boundary (:meth:`TopK.boundary_probe`); None for any other query."""
+def top_k_of(st, columns: dict[str, list[str]]) -> TopK | None:
+    """The planned query of a top-K stream table (its boundary is probed before the commit),
+    None for any other query."""
     node = plan(st.defining_query, columns)
-    return node.boundary_probe(st.name, versions) if isinstance(node, TopK) else None
+    return node if isinstance(node, TopK) else None
 
 
 def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]], *,
-                           beyond_boundary: bool = False) -> str:
+                           beyond_boundary: bool = False, candidates: str | None = None) -> str:
     """The one MERGE that applies the change of ``versions`` to stream table ``st``.
 
     ``beyond_boundary``: a top-K's new rows are recomputed from the query instead of taken from
-    the stored rows plus the delta (a row left the top k; see ``topk.py``).
+    the stored rows plus the delta (a row left the top k; see ``topk.py``); ``candidates``
+    names a relation already holding the stored rows plus the delta.
     """
     node = plan(st.defining_query, columns)
     strategy = st.storage.strategy or Strategy.BAG
@@ -88,7 +89,8 @@ def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]]
     if isinstance(node, TopK):
         if strategy != Strategy.BAG:
             raise Unsupported("stored as keyed but the query is a top-K; REINITIALIZE it")
-        delta_sql = node.delta_against(st.name, versions, beyond_boundary=beyond_boundary)
+        delta_sql = node.delta_against(st.name, versions, beyond_boundary=beyond_boundary,
+                                       candidates=candidates)
         return _bag_merge(st.name, visible, delta_sql, st.storage.dup_type)
     if strategy == Strategy.BAG:
         return _bag_merge(st.name, visible, node.delta_sql(versions), st.storage.dup_type)

@@ -13,6 +13,10 @@ the top k is recomputed from Q at the new frontier ("reading beyond the boundary
 the new rows T are applied to storage as the bag delta T ⊎ −S.  Which path a refresh takes is
 decided by a small probe query before the commit (:meth:`TopK.boundary_probe`).
 
+C is the expensive part (ΔQ of an aggregate over joins reads the sources' states), and both the
+probe and the commit read it: a refresh computes it once into a relation of its own (a local
+checkpoint, ``dvm.differential_merge``) and passes that relation's name as ``candidates``.
+
 With an OFFSET the first m rows are not stored, so the top k + m cannot be rebuilt from S: the
 top k is recomputed whenever a source changed.  ``LIMIT`` without ``ORDER BY`` is refused by
 the planner (which rows it keeps is not deterministic), as is ``ORDER BY`` on anything but an
@@ -84,7 +88,7 @@ class TopK(Node):
                   in (("old", -1, "__old"), ("new", 1, "__new"))]
         return union_all(signed)
 
-    def _candidates(self, target: str, v: Versions) -> str:
+    def candidates_sql(self, target: str, v: Versions) -> str:
         """C = S ⊎ ΔQ, consolidated: each content with its positive count ``__n``."""
         cols = column_list(self.columns)
         stored = f"SELECT {cols}, CAST(1 AS BIGINT) AS {W} FROM {quote_name(target)}"
@@ -92,9 +96,14 @@ class TopK(Node):
         return (f"SELECT {cols}, SUM({W}) AS __n FROM ({stored} UNION ALL {delta}) AS __trickle_c "
                 f"GROUP BY {cols} HAVING SUM({W}) > 0")
 
-    def boundary_probe(self, target: str, v: Versions) -> str | None:
+    def _candidates_from(self, target: str, v: Versions, candidates: str | None) -> str:
+        """C as a FROM item: the relation named ``candidates`` (C computed earlier), else its query."""
+        return f"`{candidates}`" if candidates else f"({self.candidates_sql(target, v)})"
+
+    def boundary_probe(self, target: str, v: Versions, candidates: str | None = None) -> str | None:
         """A one-row query: whether C still covers the boundary of the stored top k (a true
-        ``__covered`` means the scoped path is exact).  None when there is nothing to decide."""
+        ``__covered`` means the scoped path is exact).  None when there is nothing to decide.
+        ``candidates`` names a relation holding C (else C is computed here)."""
         if not self.scoped or self.limit == 0:
             return None
         cols = column_list(self.columns)
@@ -102,18 +111,19 @@ class TopK(Node):
                     f"LIMIT 1 OFFSET {self.limit - 1}")
         # The boundary row is ranked after the candidates that tie with it (__m = 1 sorts last),
         # so the running count at it is the number of candidates sorting at or before it.
-        marked = (f"SELECT {cols}, __n, 0 AS __m FROM ({self._candidates(target, v)}) AS __trickle_cand "
+        marked = (f"SELECT {cols}, __n, 0 AS __m FROM {self._candidates_from(target, v, candidates)} AS __trickle_cand "
                   f"UNION ALL SELECT {cols}, CAST(0 AS BIGINT) AS __n, 1 AS __m FROM ({boundary}) AS __trickle_b")
         running = (f"SELECT __m, SUM(__n) OVER (ORDER BY {self._order_by()}, __m ASC "
                    f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __before FROM ({marked}) AS __trickle_m")
         return (f"SELECT COALESCE(MAX(CASE WHEN __m = 1 THEN __before END) >= {self.limit}, TRUE) AS __covered "
                 f"FROM ({running}) AS __trickle_r")
 
-    def delta_against(self, target: str, v: Versions, *, beyond_boundary: bool) -> str:
-        """The bag delta T ⊎ −S turning the stored rows of ``target`` into the new top k."""
+    def delta_against(self, target: str, v: Versions, *, beyond_boundary: bool, candidates: str | None = None) -> str:
+        """The bag delta T ⊎ −S turning the stored rows of ``target`` into the new top k
+        (``candidates`` as in :meth:`boundary_probe`)."""
         cols = column_list(self.columns)
         if self.scoped and not beyond_boundary:
-            copies = (f"SELECT {cols} FROM ({self._candidates(target, v)}) AS __trickle_cand "
+            copies = (f"SELECT {cols} FROM {self._candidates_from(target, v, candidates)} AS __trickle_cand "
                       f"LATERAL VIEW explode(sequence(1, __n)) AS __trickle_copy")
             new_rows = self._top(copies)
         else:

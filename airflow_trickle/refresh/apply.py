@@ -60,9 +60,20 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
     observed feeds the cost model.  The action may change on the way: to REINITIALIZE when a
     source's schema changed the output, to FULL when the cost model or the delta says so.
     """
+    from airflow_trickle.dvm import drop_scratch_views
+
+    scratch: list[str] = []  # temporary views the commit reads (a top-K's candidates)
+    try:
+        return _apply(env, st, action, current, refresh_id=refresh_id, data_timestamp=data_timestamp,
+                      clock=clock or PhaseClock(), newest=newest, scratch=scratch)
+    finally:
+        drop_scratch_views(env, scratch)
+
+
+def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str, data_timestamp,
+           clock: PhaseClock, newest: dict | None, scratch: list[str]) -> Applied:
     from airflow_trickle.dvm import differential_append, differential_merge
 
-    clock = clock or PhaseClock()
     seq = st.refresh_seq + 1
     reason = None
     merge_sql = None
@@ -90,7 +101,8 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
             append_sql = None if too_costly else differential_append(env, st, current)
             appending = append_sql is not None
             merge_sql, fallback = ((append_sql, None) if appending else
-                                   (None, too_costly) if too_costly else differential_merge(env, st, current))
+                                   (None, too_costly) if too_costly
+                                   else differential_merge(env, st, current, scratch=scratch))
         if merge_sql is None:
             if _is_strict(st):
                 raise RefreshError(f"DIFFERENTIAL impossible: {fallback}", stream_table=st.name,

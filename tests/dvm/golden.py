@@ -23,13 +23,17 @@ from types import SimpleNamespace
 
 import sqlglot
 
-from airflow_trickle.dvm.apply import choose_layout, differential_merge_sql, full_source_sql, top_k_probe_sql
+from airflow_trickle.dvm.apply import choose_layout, differential_merge_sql, full_source_sql, top_k_of
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.dvm.planner import plan
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
 
-OUTPUTS = ("delta", "merge", "merge-beyond", "probe", "append", "full")
+#: The view name a refresh gives the materialized top-K candidates, in the golden SQL.
+CANDIDATES_VIEW = "__trickle_candidates_0"
+
+OUTPUTS = ("delta", "merge", "merge-beyond", "probe", "candidates", "probe-over-candidates",
+           "merge-over-candidates", "append", "full")
 _SOURCE = re.compile(r"\s*([\w.]+)\(([^)]*)\)\s*")
 
 
@@ -90,8 +94,14 @@ def compile_case(case: Case) -> str:
                          refresh_seq=6, frontier=old)
     if case.output in ("merge", "merge-beyond"):
         return differential_merge_sql(st, versions, case.sources, beyond_boundary=case.output == "merge-beyond")
+    if case.output == "merge-over-candidates":  # the candidates computed beforehand into a view
+        return differential_merge_sql(st, versions, case.sources, candidates=CANDIDATES_VIEW)
     if case.output == "probe":  # a top-K's boundary probe
-        return top_k_probe_sql(st, versions, case.sources)
+        return top_k_of(st, case.sources).boundary_probe(st.name, versions)
+    if case.output == "probe-over-candidates":
+        return top_k_of(st, case.sources).boundary_probe(st.name, versions, CANDIDATES_VIEW)
+    if case.output == "candidates":  # what a refresh materializes once for the probe and the MERGE
+        return top_k_of(st, case.sources).candidates_sql(st.name, versions)
     if case.output == "append":
         return bag_append_sql(st.name, st.output_columns, node.delta_sql(versions), seq=7)
     if case.output == "full":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the test suite (real Spark + Delta on local[2], Airflow dag.test()), two test files at a
-# time: much of a Spark test's time is JVM and I/O latency, so two workers fill the two cores.
-# Files go out in collection order (--no-loadscope-reorder): tests/conftest.py puts the JVM-free
-# ones first and the long Spark modules next, longest first, so no worker idles at the end.
+# Runs the test suite (real Spark + Delta on local[2], Airflow dag.test()) in two processes, one
+# per core.  Tests go out by xdist group (--dist loadgroup): tests/conftest.py groups the tests on
+# a classic Spark session, those over the Spark service, and each module that starts its own
+# Spark, so a process starts one Spark JVM, not both; groups go out in collection order
+# (--no-loadscope-reorder): JVM-free tests first, then the groups, longest first.
 source "$(dirname "$0")/scripts/env.sh"
-exec python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@"
+exec python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder "$@"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 
 import pytest
 
@@ -45,21 +46,47 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "jvm: needs Spark (set on collection; -m 'not jvm' runs the rest in seconds)")
 
 
-#: Seconds each long Spark module took on 2 cores (run-tests.sh, November 2026).  Test processes
-#: take whole files (``--dist loadfile``) in collection order, so the longest go first: a long
-#: file started last would leave the other process idle at the end.
-LONG_MODULES = {"test_dvm_oracle.py": 530, "test_tpch.py": 410, "test_cascade.py": 330,
-                "test_dvm_oracle_joins.py": 320, "test_service.py": 270, "test_differential.py": 210,
-                "test_airflow_example.py": 180, "test_lifecycle.py": 140}
+#: Seconds each long Spark module took on 2 cores (run-tests.sh, November 2026), to order the
+#: xdist groups longest first: a long group started last would leave the other process idle.
+LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 320, "test_cascade.py": 300,
+                "test_service.py": 280, "test_dvm_oracle_joins.py": 240, "test_airflow_example.py": 180,
+                "test_differential.py": 130, "test_lifecycle.py": 120, "test_repair.py": 55}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test that needs a JVM ``jvm``; run the JVM-free ones first (they fail fast),
-    then the Spark modules longest first."""
+    """Mark every test that needs a JVM ``jvm`` and give it its xdist group; run the JVM-free
+    ones first (they fail fast), then the groups, longest first.
+
+    ``run-tests.sh`` distributes by group (``--dist loadgroup``): all tests on a classic session
+    form one group and all tests over the shared Spark service another, so each test process
+    starts one of the two JVMs rather than both (a JVM's start and JIT warm-up cost about 45 s
+    of CPU on 2 cores, and the suite is CPU-bound); a module that starts its own Spark
+    (``JVM_MODULES``) is a group of its own, so its module fixtures run once.
+    """
+    tests_per_module = Counter(item.path.name for item in items)
+    group_seconds: dict[str, float] = {}
     for item in items:
-        if "spark_mode" in getattr(item, "fixturenames", ()) or item.path.name in JVM_MODULES:
-            item.add_marker(pytest.mark.jvm)
-    items.sort(key=lambda item: (item.get_closest_marker("jvm") is not None, -LONG_MODULES.get(item.path.name, 0)))
+        group = _xdist_group(item)
+        if group is None:
+            continue
+        item.add_marker(pytest.mark.jvm)
+        item.add_marker(pytest.mark.xdist_group(name=group))
+        share = LONG_MODULES.get(item.path.name, 0) / tests_per_module[item.path.name]
+        group_seconds[group] = group_seconds.get(group, 0) + share
+    items.sort(key=lambda item: (item.get_closest_marker("jvm") is not None,
+                                 -group_seconds.get(_xdist_group(item) or "", 0),
+                                 -LONG_MODULES.get(item.path.name, 0)))
+
+
+def _xdist_group(item) -> str | None:
+    """The xdist group of a test that needs a JVM: its Spark mode's, or its module's when the
+    module starts Spark itself; None for a JVM-free test."""
+    if item.path.name in JVM_MODULES:
+        return item.path.stem
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "spark_mode" in callspec.params:
+        return f"spark-{callspec.params['spark_mode']}"
+    return None
 
 
 def marked_modes() -> list[str]:

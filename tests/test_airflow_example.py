@@ -1,4 +1,4 @@
-"""The example DAG end to end in Airflow: dag.test() on SQLite, real spark-submit refresh jobs.
+"""The example DAG end to end in Airflow: dag.test() on SQLite, refresh tasks over the Spark service.
 
 The example runner (``dags_example/run_example.py``) runs in its own process, because Airflow
 reads its home and database settings once per process; it writes a JSON report that this test

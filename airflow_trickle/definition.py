@@ -34,10 +34,11 @@ from airflow_trickle.sql.parse import (
     parse_query,
     source_names,
 )
-from airflow_trickle.sql.rewrite import pin_sources
+from airflow_trickle.sql.rewrite import name_outputs, pin_sources
 
-#: Characters Delta does not accept in column names (without column mapping).
-_BAD_COLUMN_CHARS = re.compile(r"[ ,;{}()\n\t=]")
+#: Characters no stored column name may hold (others that Delta refuses, such as the parentheses
+#: of ``sum(x)``, are stored with Delta column mapping: ``storage.column_mapping_properties``).
+_BAD_COLUMN_CHARS = re.compile(r"[`\n\t]")
 
 
 @dataclass
@@ -187,6 +188,7 @@ def analyze(
 
     hidden = {s.name: [c for c, _ in s.columns] for s in sources.values() if s.kind == "STREAM_TABLE"}
     output_columns = _analyze_output(spark, pin_sources(ast, {}, hidden), qualified)
+    ast = name_outputs(ast, [column for column, _ in output_columns])  # `SUM(x)` keeps Spark's name, sum(x)
 
     defining_query, lineage, qualify_problem = _qualified_query(spark, ast, sources, hidden, output_columns)
 

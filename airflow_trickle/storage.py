@@ -17,6 +17,7 @@ downstream stream tables read a stream table's changes like any source's.
 """
 from __future__ import annotations
 
+import re
 import shutil
 
 from airflow_trickle.model import DUP, ROW_ID, StorageLayout
@@ -29,6 +30,19 @@ TABLE_PROPERTIES = {
     # refresh on a 10k-row table (benchmarks/README.md, "refresh floor").
     "delta.enableDeletionVectors": "false",
 }
+
+
+#: Characters Delta accepts in a column name only with column mapping (Spark names an unaliased
+#: expression by its text: ``sum(l_quantity)``, ``(amount * 2)``).
+_NEEDS_MAPPING = re.compile(r"[ ,;{}()=]")
+
+
+def column_mapping_properties(columns: list[str]) -> dict[str, str]:
+    """Table properties that let the storage table hold ``columns``: Delta column mapping by name
+    when a name has a character Delta refuses otherwise (readers see the names as they are)."""
+    if not any(_NEEDS_MAPPING.search(column) for column in columns):
+        return {}
+    return {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2", "delta.minWriterVersion": "5"}
 
 
 def _properties_sql(extra: dict[str, str] | None) -> str:
@@ -44,8 +58,9 @@ def create_storage_table(spark, name: str, columns: list[tuple[str, str]], stora
     column_ddl = ", ".join(f"`{col}` {kind}" for col, kind in columns)
     hidden_ddl = ", ".join(f"`{col}` {kind} NOT NULL" if col in (ROW_ID, DUP) else f"`{col}` {kind}"
                            for col, kind in storage.hidden_columns())
+    mapping = column_mapping_properties([col for col, _ in columns])
     spark.sql(f"CREATE TABLE {quote_name(name)} ({column_ddl}, {hidden_ddl}) USING delta "
-              f"TBLPROPERTIES ({_properties_sql(properties)})")
+              f"TBLPROPERTIES ({_properties_sql({**mapping, **(properties or {})})})")
 
 
 def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: StorageLayout,
@@ -61,7 +76,9 @@ def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: S
     """
     visible = ", ".join(f"r.`{c}`" for c in columns)
     hidden = ", ".join(f"CAST(r.`{c}` AS {kind}) AS `{c}`" for c, kind in storage.hidden_columns())
-    return (f"CREATE OR REPLACE TABLE {quote_name(name)} USING delta TBLPROPERTIES ({_properties_sql(properties)}) "
+    mapping = column_mapping_properties(columns)
+    return (f"CREATE OR REPLACE TABLE {quote_name(name)} USING delta "
+            f"TBLPROPERTIES ({_properties_sql({**mapping, **(properties or {})})}) "
             f"AS SELECT {visible}, {hidden} FROM ({rows_sql}) AS r")
 
 

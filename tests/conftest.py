@@ -53,6 +53,7 @@ LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 320, "test_cascade.py
                 "test_differential.py": 130, "test_lifecycle.py": 120, "test_repair.py": 55}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs a JVM ``jvm`` and give it its xdist group; run the JVM-free
     ones first (they fail fast), then the groups, longest first.
@@ -76,6 +77,19 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (item.get_closest_marker("jvm") is not None,
                                  -group_seconds.get(_xdist_group(item) or "", 0),
                                  -LONG_MODULES.get(item.path.name, 0)))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """Refuse to run when ``--dist loadgroup`` did not take (a pytest that pytest-xdist cannot
+    tag): the groups would scatter, and a module fixture such as the example's would run twice."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    scattered = [item.nodeid for item in session.items
+                 if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if scattered:
+        raise pytest.UsageError(f"pytest-xdist did not apply its groups (e.g. {scattered[0]}); "
+                                "install the test extras' pytest version: pip install -e '.[test]'")
 
 
 def _xdist_group(item) -> str | None:

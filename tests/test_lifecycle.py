@@ -82,6 +82,28 @@ def test_full_refresh_is_applied_as_a_diff(tr, db, spark):
     assert sorted((r.id, r.value, r._change_type) for r in changes) == [(500, -1, "insert"), (500, 1500, "delete")]
 
 
+def test_unaliased_expressions_are_stored_under_the_names_spark_gives_them(tr, db):
+    """``SUM(amount)`` is stored as ``sum(amount)`` (a name Delta takes only with column mapping),
+    refreshed DIFFERENTIALLY, and read by a downstream stream table through its change feed."""
+    orders(tr, db)
+    totals, doubled, big = f"{db}.totals", f"{db}.doubled", f"{db}.big_totals"
+    queries = {
+        totals: f"SELECT cid, SUM(amount), COUNT(*) FROM {db}.orders GROUP BY cid",
+        doubled: f"SELECT id, amount * 2 FROM {db}.orders",
+        big: f"SELECT cid, `sum(amount)` FROM {totals} WHERE `count(1)` > 1",
+    }
+    for name, query in queries.items():
+        tr.create_stream_table(name, query, refresh_mode="DIFFERENTIAL", schedule=None)
+    assert tr.read(totals).columns == ["cid", "sum(amount)", "count(1)"]
+    assert tr.read(doubled).columns == ["id", "(amount * 2)"]
+    tr.sql(f"UPDATE {db}.orders SET cid = 2 WHERE id = 1")
+    tr.sql(f"INSERT INTO {db}.orders VALUES (6, 2, 7), (7, NULL, 1)")
+    tr.sql(f"DELETE FROM {db}.orders WHERE id = 3")
+    for name, query in queries.items():
+        assert tr.refresh_stream_table(name).action == "DIFFERENTIAL", name
+        assert visible(tr, name) == expected(tr, query), name
+
+
 def test_duplicates_and_nulls_keep_their_multiplicity(tr, db):
     tr.sql(f"CREATE TABLE {db}.src (id INT, a INT, b STRING) USING delta")
     tr.sql(f"INSERT INTO {db}.src VALUES (1, 1, NULL), (2, NULL, '1'), (3, 1, NULL), (4, 1, NULL), (5, NULL, NULL)")

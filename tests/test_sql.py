@@ -3,7 +3,8 @@ import pytest
 from airflow_trickle.errors import InvalidNameError, InvalidQueryError
 from airflow_trickle.names import qualify_name
 from airflow_trickle.sql.parse import nondeterministic_calls, parse_query, source_names
-from airflow_trickle.sql.rewrite import pin_sources, row_hash_sql
+from airflow_trickle.sql.rewrite import name_outputs, pin_sources, row_hash_sql
+from airflow_trickle.storage import column_mapping_properties
 
 
 def test_qualify_name():
@@ -41,6 +42,25 @@ def test_pin_sources_reads_versions_and_hides_stream_table_columns():
     pinned = pin_sources(query, {"shop.orders": 7, "shop.st": 3}, {"shop.st": ["id", "total"]}).sql("spark")
     assert "shop.orders VERSION AS OF 7 AS o" in pinned
     assert "(SELECT `id`, `total` FROM shop.st VERSION AS OF 3) AS s" in pinned
+
+
+@pytest.mark.parametrize("query,names,expected", [
+    ("SELECT cid, SUM(amount) FROM s.o GROUP BY cid", ["cid", "sum(amount)"],
+     "SELECT cid, SUM(amount) AS `sum(amount)` FROM s.o GROUP BY cid"),
+    ("SELECT o.cid, COUNT(*), amount * 2 AS doubled FROM s.o o GROUP BY 1, 3", ["cid", "count(1)", "doubled"],
+     "SELECT o.cid, COUNT(*) AS `count(1)`, amount * 2 AS doubled FROM s.o AS o GROUP BY 1, 3"),
+    # a UNION is named by its first input; a star's positions are unknown before expansion
+    ("SELECT a + 1 FROM s.x UNION ALL SELECT b FROM s.y", ["(a + 1)"],
+     "SELECT a + 1 AS `(a + 1)` FROM s.x UNION ALL SELECT b FROM s.y"),
+    ("SELECT *, 1 FROM s.x", ["a", "1"], "SELECT *, 1 FROM s.x"),
+])
+def test_unnamed_outputs_take_the_names_spark_gives_them(query, names, expected):
+    assert name_outputs(parse_query(query), names).sql("spark") == expected
+
+
+def test_names_delta_refuses_are_stored_with_column_mapping():
+    assert column_mapping_properties(["cid", "total_qty"]) == {}
+    assert column_mapping_properties(["cid", "sum(l_quantity)"])["delta.columnMapping.mode"] == "name"
 
 
 def test_row_hash_is_null_safe_and_positional(spark):

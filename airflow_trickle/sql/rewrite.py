@@ -41,6 +41,36 @@ def pin_sources(
     return pinned
 
 
+def name_outputs(query: exp.Query, names: list[str]) -> exp.Query:
+    """Give every unnamed output expression of ``query`` the name Spark gives it.
+
+    Spark names an unaliased expression by its text (``SUM(l_quantity)`` -> ``sum(l_quantity)``);
+    the incremental plan needs every output column named in the query itself, so the stored query
+    carries Spark's names as aliases.  ``names`` are the output columns as Spark analysed them,
+    in order.  A projection list with a ``*`` is left as it is (its positions are not known
+    before expansion); so is anything already named as Spark names it.
+
+    ``SELECT cid, SUM(amount) FROM s.o GROUP BY cid`` with ``["cid", "sum(amount)"]`` ->
+    ``SELECT cid, SUM(amount) AS `sum(amount)` FROM s.o GROUP BY cid``
+    """
+    named = query.copy()
+    select = named
+    while isinstance(select, exp.SetOperation):  # a UNION takes its column names from its first input
+        select = select.this
+    if isinstance(select, exp.Subquery):
+        select = select.unnest()
+    if not isinstance(select, exp.Select):
+        return named
+    projections = select.expressions
+    if len(projections) != len(names) or any(isinstance(p, exp.Star) or p.is_star for p in projections):
+        return named
+    for projection, name in zip(list(projections), names):
+        if projection.alias_or_name != name:
+            target = projection.this if isinstance(projection, exp.Alias) else projection
+            projection.replace(exp.alias_(target.copy(), exp.to_identifier(name, quoted=True)))
+    return named
+
+
 def row_hash_sql(columns: list[str], *, qualifier: str | None = None) -> str:
     """A NULL-safe, position-aware 64-bit hash of ``columns`` in Spark SQL (runs in the JVM).
 

@@ -112,7 +112,7 @@ SELECT SUM(l_extendedprice) / 7.0 AS avg_yearly FROM tpch.lineitem, tpch.part
 WHERE p_partkey = l_partkey AND p_brand = 'Brand#23' AND p_container = 'MED BOX'
   AND l_quantity < (SELECT 0.2 * AVG(l_quantity) FROM tpch.lineitem WHERE l_partkey = p_partkey);
 -- q18
-SELECT c_name, c_custkey, o_orderkey, o_orderdate, o_totalprice, SUM(l_quantity) AS total_qty
+SELECT c_name, c_custkey, o_orderkey, o_orderdate, o_totalprice, SUM(l_quantity)
 FROM tpch.customer, tpch.orders, tpch.lineitem
 WHERE o_orderkey IN (SELECT l_orderkey FROM tpch.lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)
   AND c_custkey = o_custkey AND o_orderkey = l_orderkey

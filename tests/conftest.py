@@ -48,7 +48,7 @@ def pytest_configure(config):
 
 #: Seconds each long Spark module took on 2 cores (run-tests.sh, November 2026), to order the
 #: xdist groups longest first: a long group started last would leave the other process idle.
-LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 320, "test_cascade.py": 300,
+LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 250, "test_cascade.py": 300,
                 "test_service.py": 280, "test_dvm_oracle_joins.py": 240, "test_airflow_example.py": 180,
                 "test_differential.py": 130, "test_lifecycle.py": 120, "test_repair.py": 55}
 

@@ -145,7 +145,7 @@ def assert_nothing_created(tr, name):
     ("SELECT * FROM {db}.target", "FULL", "1m", CycleError, "reads the stream table itself"),
     ("SELECT id, rand() AS r FROM {db}.orders", "DIFFERENTIAL", "1m", UnsupportedConstructError, "rand()"),
     ("SELECT o.id, p.id FROM {db}.orders o JOIN {db}.orders p ON o.id = p.id", "FULL", "1m", InvalidQueryError, "unique"),
-    ("SELECT count(*) FROM {db}.orders", "FULL", "1m", InvalidQueryError, "alias"),
+    ("SELECT id AS `a``b` FROM {db}.orders", "FULL", "1m", InvalidQueryError, "is not a valid column name"),
     ("SELECT * FROM {db}.plain", "FULL", "1m", UnknownSourceError, "not a Delta table"),
 ])
 def test_bad_definitions_raise_naming_the_table_and_create_nothing(tr, db, query, mode, schedule, error, words):

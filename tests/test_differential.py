@@ -212,6 +212,37 @@ def test_a_replayed_commit_is_skipped_by_its_transaction_id(tr, db):
     assert_matches(tr, name, query)
 
 
+def test_an_append_that_lost_a_race_records_the_winners_frontier(tr, db, monkeypatch):
+    """Two refreshes of one bag table with the same refresh number, both appending: Delta skips
+    the loser's INSERT (its transaction id landed), and the commit the loser finds after its
+    start is the winner's.  It must record the winner's frontier, not its own (a concurrency
+    trial over the Spark service lost a source change this way)."""
+    from airflow_trickle.catalog.model import utcnow
+
+    make_sources(tr, db)
+    name = f"{db}.appended"
+    query = f"SELECT id, cid, amount FROM {db}.o WHERE amount > 0"
+    tr.create_stream_table(name, query)
+    tr.sql(f"INSERT INTO {db}.o VALUES (90, 1, 5)")
+    stale = tr.get(name)
+    winner_versions = decide.source_versions(tr.catalog, name)
+    storage_before = apply.latest_version(stale.location)
+    won = apply.apply_refresh(tr, stale, "DIFFERENTIAL", winner_versions, refresh_id="winner", data_timestamp=utcnow())
+    assert won.rows_inserted == 1 and won.frontier == winner_versions
+    tr.sql(f"INSERT INTO {db}.o VALUES (91, 1, 6)")  # the loser read one more insert
+    loser_versions = decide.source_versions(tr.catalog, name)
+    # the loser read the storage table's version before the winner's commit landed
+    read_versions = iter([storage_before])
+    real_latest_version = apply.latest_version
+    monkeypatch.setattr(apply, "latest_version", lambda location: next(read_versions, None) or real_latest_version(location))
+    lost = apply.apply_refresh(tr, stale, "DIFFERENTIAL", loser_versions, refresh_id="loser", data_timestamp=utcnow())
+    assert "already landed" in lost.reason and lost.frontier == winner_versions != loser_versions
+    assert tr.get(name).frontier == winner_versions
+    monkeypatch.undo()
+    assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"  # the insert of id 91 is applied now
+    assert_matches(tr, name, query)
+
+
 def test_change_feed_health_warns_before_a_vacuum_and_the_refresh_recovers_after_it(tr, db):
     """Seed 004: a reader at risk is reported (and alerted) before a VACUUM breaks it; after a
     real VACUUM the report says BROKEN and the refresh runs FULL, exactly."""

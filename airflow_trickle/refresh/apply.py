@@ -140,7 +140,7 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
                 sql = full_refresh_sql(env, st, current)
             metrics = with_retries(env.config, lambda: commit(sql))
             if appending or replacing:  # an INSERT or a CTAS returns no metrics: read them from its commit
-                metrics = _written_metrics(st, version_before, deleted=stored_before)
+                metrics = _written_metrics(st, version_before, refresh_id, deleted=stored_before)
     except Exception as err:  # noqa: BLE001 - only an unreadable change feed or a change-row error is recovered
         evaluation = is_evaluation_error(err)
         if merge_sql is None or not (evaluation or is_change_feed_unavailable(err)):
@@ -268,13 +268,22 @@ def fill_storage_sql(env, st: StreamTable, current: dict[str, int]) -> str:
             f"SELECT {columns} FROM ({full_rows_sql(env, st, current)}) AS __full")
 
 
-def _written_metrics(st: StreamTable, version_before: int, *, deleted: int = 0) -> dict | None:
+def _written_metrics(st: StreamTable, version_before: int, refresh_id: str, *, deleted: int = 0) -> dict | None:
     """MERGE-shaped metrics of the append or replace just run, or None when Delta skipped it
-    (its transaction id had landed already).  A replace removed every row stored before."""
+    (its transaction id had landed already).  A replace removed every row stored before.
+
+    The commit is found by this refresh's id, not as "the newest commit": a refresh racing
+    this one may have committed the same refresh number meanwhile, and then Delta skipped this
+    append -- taking that commit's rows for this one's would record this refresh's frontier
+    over the other's data (a concurrency trial caught exactly that).
+    """
     if latest_version(st.location) == version_before:
         return None
-    newest = recorded_refreshes(st.location, limit=1)
-    inserted = int((newest[0]["metrics"] if newest else {}).get("numOutputRows") or 0)
+    landed = next((r for r in recorded_refreshes(st.location)
+                   if r["version"] > version_before and r.get("refresh_id") == refresh_id), None)
+    if landed is None:
+        return None
+    inserted = int(landed["metrics"].get("numOutputRows") or 0)
     return {"num_inserted_rows": inserted, "num_updated_rows": 0, "num_deleted_rows": deleted}
 
 

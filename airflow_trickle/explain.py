@@ -28,7 +28,7 @@ def explain(env, st) -> dict:
         # the delta of a refresh that would consume every source's latest change
         probe = {name: version - 1 if version > 0 else 0 for name, version in current.items()}
         probe_st = _with_frontier(st, probe)
-        delta_sql, why_not = differential_merge(env, probe_st, current, probe=False)
+        delta_sql, why_not = differential_merge(env, probe_st, current)
         result.update(tree=tree, delta_sql=delta_sql or why_not)
         lines += ["  delta SQL (for the newest version of each source):", f"    {delta_sql or why_not}"]
     else:

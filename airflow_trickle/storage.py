@@ -45,8 +45,10 @@ def column_mapping_properties(columns: list[str]) -> dict[str, str]:
     return {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2", "delta.minWriterVersion": "5"}
 
 
-def _properties_sql(extra: dict[str, str] | None) -> str:
-    return ", ".join(f"{quote_string(k)} = {quote_string(v)}" for k, v in {**TABLE_PROPERTIES, **(extra or {})}.items())
+def _properties_sql(columns: list[str], extra: dict[str, str] | None) -> str:
+    """The table properties of a storage table holding ``columns``, ``extra`` added."""
+    properties = {**TABLE_PROPERTIES, **column_mapping_properties(columns), **(extra or {})}
+    return ", ".join(f"{quote_string(k)} = {quote_string(v)}" for k, v in properties.items())
 
 
 def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: StorageLayout,
@@ -58,9 +60,8 @@ def create_storage_table(spark, name: str, columns: list[tuple[str, str]], stora
     column_ddl = ", ".join(f"`{col}` {kind}" for col, kind in columns)
     hidden_ddl = ", ".join(f"`{col}` {kind} NOT NULL" if col in (ROW_ID, DUP) else f"`{col}` {kind}"
                            for col, kind in storage.hidden_columns())
-    mapping = column_mapping_properties([col for col, _ in columns])
     spark.sql(f"CREATE TABLE {quote_name(name)} ({column_ddl}, {hidden_ddl}) USING delta "
-              f"TBLPROPERTIES ({_properties_sql({**mapping, **(properties or {})})})")
+              f"TBLPROPERTIES ({_properties_sql([col for col, _ in columns], properties)})")
 
 
 def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: StorageLayout,
@@ -76,9 +77,8 @@ def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: S
     """
     visible = ", ".join(f"r.`{c}`" for c in columns)
     hidden = ", ".join(f"CAST(r.`{c}` AS {kind}) AS `{c}`" for c, kind in storage.hidden_columns())
-    mapping = column_mapping_properties(columns)
     return (f"CREATE OR REPLACE TABLE {quote_name(name)} USING delta "
-            f"TBLPROPERTIES ({_properties_sql({**mapping, **(properties or {})})}) "
+            f"TBLPROPERTIES ({_properties_sql(columns, properties)}) "
             f"AS SELECT {visible}, {hidden} FROM ({rows_sql}) AS r")
 
 

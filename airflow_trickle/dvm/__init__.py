@@ -51,15 +51,15 @@ def _refresh_versions(env, st, current: dict[str, int], deps):
                     use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
 
 
-def differential_merge(env, st, current: dict[str, int], *, probe: bool = True,
+def differential_merge(env, st, current: dict[str, int], *,
                        scratch: list[str] | None = None) -> tuple[str | None, str | None]:
     """The MERGE applying the change from ``st.frontier`` to ``current``, or ``(None, why not)``.
 
-    A top-K first runs a one-row probe (``probe``; ``explain`` runs nothing) to learn whether a
-    row left its top k, in which case its new rows are recomputed from the query.  Given a
-    ``scratch`` list, the probe's input is computed once into a temporary view whose name is
-    appended there, and the MERGE reads it; the caller drops the views after the commit
-    (:func:`drop_scratch_views`).
+    Given a ``scratch`` list (a refresh; ``explain`` passes none and runs nothing), a top-K
+    first computes its candidates into a temporary view whose name is appended there, and
+    probes them to learn whether a row left its top k, in which case its new rows are
+    recomputed from the query; otherwise the MERGE reads the view.  The caller drops the views
+    after the commit (:func:`drop_scratch_views`).
     """
     from airflow_trickle.dvm.apply import differential_merge_sql, top_k_of
     from airflow_trickle.dvm.base import Unsupported
@@ -68,7 +68,7 @@ def differential_merge(env, st, current: dict[str, int], *, probe: bool = True,
         return None, "the set of sources differs from the frontier"
     versions = _refresh_versions(env, st, current, env.catalog.dependencies(st.name))
     try:
-        top = top_k_of(st, versions.columns) if probe else None
+        top = top_k_of(st, versions.columns) if scratch is not None else None
         beyond, candidates = _top_k_boundary(env, st, top, versions, scratch) if top else (False, None)
         return differential_merge_sql(st, versions, versions.columns, beyond_boundary=beyond,
                                       candidates=candidates), None
@@ -76,7 +76,7 @@ def differential_merge(env, st, current: dict[str, int], *, probe: bool = True,
         return None, f"cannot maintain differentially: {err}"
 
 
-def _top_k_boundary(env, st, top, versions, scratch: list[str] | None) -> tuple[bool, str | None]:
+def _top_k_boundary(env, st, top, versions, scratch: list[str]) -> tuple[bool, str | None]:
     """Whether a row left the top k of ``st`` (its rows must be recomputed from the query), and
     the view holding the stored rows plus the delta when they suffice.
 
@@ -87,16 +87,12 @@ def _top_k_boundary(env, st, top, versions, scratch: list[str] | None) -> tuple[
     """
     import uuid
 
-    probe_sql = top.boundary_probe(st.name, versions)
-    if probe_sql is None:
+    if top.boundary_probe(st.name, versions) is None:  # nothing to decide (an OFFSET, LIMIT 0)
         return False, None
-    candidates = None
-    if scratch is not None:
-        candidates = f"__trickle_candidates_{uuid.uuid4().hex}"
-        env.spark.sql(top.candidates_sql(st.name, versions)).localCheckpoint().createOrReplaceTempView(candidates)
-        scratch.append(candidates)
-        probe_sql = top.boundary_probe(st.name, versions, candidates)
-    if env.spark.sql(probe_sql).first()[0]:
+    candidates = f"__trickle_candidates_{uuid.uuid4().hex}"
+    env.spark.sql(top.candidates_sql(st.name, versions)).localCheckpoint().createOrReplaceTempView(candidates)
+    scratch.append(candidates)
+    if env.spark.sql(top.boundary_probe(st.name, versions, candidates)).first()[0]:
         return False, candidates
     log.info("%s: a row left the top-K; its rows are recomputed from the query", st.name)
     return True, None

@@ -42,7 +42,9 @@ def definition_record(st: StreamTable, dependencies: list[Dependency]) -> dict:
     record = {key: getattr(st, key) for key in _DEFINED}
     record["storage"] = st.storage.to_dict()
     record["created_at"] = st.created_at.isoformat() if st.created_at else None
-    record["dependencies"] = [{k: v for k, v in asdict(d).items() if k != "st_name"} for d in dependencies]
+    # the definition id is the catalog's own bookkeeping: a rebuilt catalog draws a new one
+    record["dependencies"] = [{k: v for k, v in asdict(d).items() if k not in ("st_name", "definition_id")}
+                              for d in dependencies]
     return record
 
 

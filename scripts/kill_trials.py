@@ -1,12 +1,14 @@
 """Kill trials at length: refreshes killed (SIGKILL) at random moments, retried, checked.
 
-    .venv/bin/python scripts/kill_trials.py --trials 100 [--seed 1] [--keep]
+    .venv/bin/python scripts/kill_trials.py --trials 100 [--seed 1] [--sessions connect,classic] [--keep]
 
 Starts a Spark service for a fresh warehouse, builds ``tests/kill_trials.py``'s scenario,
 measures each operation unkilled, then runs the trials: a random operation (refresh, FULL,
-REINITIALIZE, atomic group, ALTER), killed at a random moment within its measured duration
-(sometimes after it finished), retried and compared with the oracle.  Prints one line per
-trial and ``N/N exact``; exits 1 if any trial is not exact.
+REINITIALIZE, atomic group, ALTER, the monotone cycle to its fixpoint) in a child that is a
+client of the service or runs its own classic Spark (chosen at random among ``--sessions``),
+killed at a random moment within the operation's measured duration (sometimes after it
+finished), retried and compared with the oracle.  Prints one line per trial and
+``N/N exact``; exits 1 if any trial is not exact.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--operations", default=",".join(_operations()),
                         help="comma-separated subset of the operations")
+    parser.add_argument("--sessions", default="connect,classic",
+                        help="comma-separated: the child's Spark, the service (connect) or its own (classic)")
     parser.add_argument("--keep", action="store_true", help="keep the warehouse (its path is printed)")
     args = parser.parse_args()
 
@@ -36,10 +40,11 @@ def main() -> int:
     from tests import kill_trials
 
     operations = [o.strip() for o in args.operations.split(",") if o.strip()]
+    sessions = [s.strip() for s in args.sessions.split(",") if s.strip()]
     warehouse = tempfile.mkdtemp(prefix="kill-trials-")
     info = svc.start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
     rng = random.Random(args.seed)
-    failures = 0
+    failures = mid_operation = 0
     try:
         tr = Trickle(warehouse, remote=info.address, shuffle_partitions=2)
         scenario = kill_trials.setup(tr, warehouse, info.address, "kills")
@@ -47,17 +52,18 @@ def main() -> int:
         print("unkilled:", ", ".join(f"{op} {took:.1f}s" for op, took in durations.items()), flush=True)
         started = time.monotonic()
         for number in range(1, args.trials + 1):
-            operation = rng.choice(operations)
+            operation, session = rng.choice(operations), rng.choice(sessions)
             kill_after = rng.uniform(0.0, 1.1 * durations[operation])
-            result = kill_trials.trial(tr, scenario, operation, kill_after, rng)
+            result = kill_trials.trial(tr, scenario, operation, kill_after, rng, session=session)
             failures += not result.exact
-            print(f"{number:4d} {operation:13s} killed after {kill_after:5.1f}s "
+            mid_operation += result.killed
+            print(f"{number:4d} {operation:13s} {session:8s} killed after {kill_after:5.1f}s "
                   f"{'(mid-operation)' if result.killed else '(had finished)':16s} "
                   f"{'exact' if result.exact else 'NOT EXACT'}", flush=True)
             for problem in result.problems:
                 print("      " + problem.replace("\n", "\n      "), flush=True)
         exact = args.trials - failures
-        print(f"{exact}/{args.trials} exact ({time.monotonic() - started:.0f}s)", flush=True)
+        print(f"{exact}/{args.trials} exact, {mid_operation} killed mid-operation ({time.monotonic() - started:.0f}s)", flush=True)
         tr.close()
     finally:
         svc.stop_service(warehouse)

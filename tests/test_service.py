@@ -177,6 +177,24 @@ def test_kill_trials_refreshes_killed_at_random_moments_are_exact_on_retry(home)
     tr.close()
 
 
+def test_kill_trials_a_classic_spark_killed_while_refreshing_a_cycle_to_its_fixpoint(home):
+    """A child with its own classic Spark (which dies with it, mid-statement) refreshes a
+    monotone cycle to its fixpoint and is killed; the retry leaves both members exact and
+    ``reach`` equal to the paths of the edges."""
+    import random
+
+    from tests import kill_trials
+
+    tr = client(home)
+    scenario = kill_trials.setup(tr, home["warehouse"], svc.read_service(home["warehouse"]).address, "killcycle",
+                                 tables=("hop", "reach"))
+    rng = random.Random(11)
+    result = kill_trials.trial(tr, scenario, "cycle", rng.uniform(1.0, 4.0), rng, session="classic")
+    assert result.problems == []
+    assert result.killed, "the child had finished before its kill: the trial killed nothing"
+    tr.close()
+
+
 @pytest.mark.filterwarnings("ignore:.*RETRIES_EXCEEDED")
 def test_a_refresh_killed_with_the_service_is_exact_on_retry(home, monkeypatch):
     """The Spark service dies while a refresh commits; the client fails within seconds, and

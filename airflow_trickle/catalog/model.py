@@ -22,11 +22,12 @@ def _schemas():
             ("refresh_seq", pa.int64()), ("consecutive_errors", pa.int32()), ("needs_reinit", pa.bool_()),
             ("output_columns", pa.string()), ("location", pa.string()), ("storage", pa.string()),
             ("options", pa.string()), ("last_refresh_at", ts), ("created_at", ts), ("updated_at", ts),
+            ("definition_id", pa.string()),
         ]),
         "dependencies": pa.schema([
             ("st_name", pa.string()), ("source_name", pa.string()), ("source_type", pa.string()),
             ("source_location", pa.string()), ("columns_used", pa.list_(pa.string())), ("cdc_mode", pa.string()),
-            ("schema_fingerprint", pa.string()),
+            ("schema_fingerprint", pa.string()), ("definition_id", pa.string()),
         ]),
         "consistency_groups": pa.schema([
             ("name", pa.string()), ("members", pa.list_(pa.string())), ("convergence_points", pa.list_(pa.string())),
@@ -128,6 +129,10 @@ class StreamTable(_Row):
     last_refresh_at: datetime | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    #: Which definition (a create, or an ALTER of the query) the row holds: only the dependency
+    #: rows with the same id are its edges (see ``CatalogStore.replace``).  None in catalogs
+    #: written before the id existed, whose dependency rows have none either.
+    definition_id: str | None = None
 
 
 @dataclass
@@ -142,6 +147,8 @@ class Dependency(_Row):
     columns_used: list[str] | None = None
     cdc_mode: str = "snapshot"
     schema_fingerprint: str | None = None
+    #: The ``definition_id`` of the stream-table row this edge belongs to.
+    definition_id: str | None = None
 
 
 @dataclass

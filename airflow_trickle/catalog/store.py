@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 from dataclasses import asdict
 from typing import Callable, Iterable
 
@@ -47,12 +48,31 @@ class CatalogStore:
         from deltalake import DeltaTable
 
         for table in TABLES:
+            schema = _schemas()[table]
             if not DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
-                schema = _schemas()[table]
                 self._retry(lambda t=table, s=schema: DeltaTable.create(
                     self.path(t), schema=s, mode="ignore", storage_options=self.storage_options,
                 ), what=f"create catalog table {table}")
+            else:
+                try:
+                    self._add_missing_columns(table, schema)
+                except Exception:  # noqa: BLE001 - unreadable: its reads report it, and repair moves it aside
+                    continue
         self._ensured = True
+
+    def _add_missing_columns(self, table: str, schema) -> None:
+        """A catalog written by an older version gains the columns added since (as nulls), so
+        merges and predicates can name them."""
+        from deltalake import DeltaTable, Field
+
+        def attempt() -> None:
+            dt = DeltaTable(self.path(table), storage_options=self.storage_options)
+            present = {f.name for f in dt.schema().fields}
+            missing = [Field.from_arrow(f) for f in schema if f.name not in present]
+            if missing:
+                dt.alter.add_columns(missing)
+
+        self._retry(attempt, what=f"add the new columns of catalog table {table}")
 
     def _table(self, table: str):
         from deltalake import DeltaTable
@@ -153,27 +173,32 @@ class CatalogStore:
         return sorted((StreamTable.from_row(r) for r in self._rows("stream_tables")), key=lambda s: s.name)
 
     def insert(self, st: StreamTable, dependencies: list[Dependency]) -> None:
-        """Register a new stream table with its dependencies (dependencies first: a reader that
-        sees the stream table always sees its edges)."""
+        """Register a new stream table with its dependencies.
+
+        The edges are written first, under a new definition id, and count only once the row
+        that carries the same id lands: a create interrupted in between leaves no edges that
+        any reader sees (and the next write of the name's edges removes them).
+        """
         now = utcnow()
         st.created_at = st.created_at or now
         st.updated_at = now
-        if dependencies:
-            self._append("dependencies", [d.to_row() for d in dependencies], f"register dependencies of {st.name}")
+        st.definition_id = uuid.uuid4().hex
+        self._put_dependencies(st, dependencies, keep=[st.definition_id])
         self._append("stream_tables", [st.to_row()], f"register {st.name}")
 
     def replace(self, st: StreamTable, dependencies: list[Dependency]) -> None:
         """Replace a stream table's row and its dependencies (ALTER of the defining query).
 
-        Three commits (old edges out, new edges in, the row), not one: an ALTER interrupted
-        between them must be repeated, which rebuilds the storage and rewrites all three.
+        The catalog change takes effect in one commit: the new edges are added beside the old
+        ones under a new definition id, and the row's commit switches to that id (readers see
+        only the edges of the row's id, see :meth:`dependencies`).  Interrupted before the row's
+        commit, the old row and its edges stand untouched; after it, the old edges are removed,
+        which is housekeeping only.
         """
-        literal = _literal(st.name)
-        old_sources = {d.source_name for d in self.dependencies(st.name)}
-        self._retry(lambda: self._table("dependencies").delete(f"st_name = '{literal}'"),
-                    what=f"unregister dependencies of {st.name}")
-        if dependencies:
-            self._append("dependencies", [d.to_row() for d in dependencies], f"register dependencies of {st.name}")
+        current = self.get(st.name)
+        previous = current.definition_id if current is not None else None
+        st.definition_id = uuid.uuid4().hex
+        self._put_dependencies(st, dependencies, keep=[previous, st.definition_id])
         st.updated_at = utcnow()
 
         def attempt() -> None:
@@ -181,7 +206,31 @@ class CatalogStore:
                                                 source_alias="s", target_alias="t")
              .when_matched_update_all().when_not_matched_insert_all().execute())
 
-        self._retry(attempt, what=f"replace {st.name} (was reading {sorted(old_sources)})")
+        self._retry(attempt, what=f"replace {st.name}")
+        self._retry(lambda: self._table("dependencies").delete(_other_definitions(st.name, [st.definition_id])),
+                    what=f"remove the replaced dependencies of {st.name}")
+
+    def _put_dependencies(self, st: StreamTable, dependencies: list[Dependency], *, keep: list[str | None]) -> None:
+        """Add ``st``'s edges under its definition id and remove the name's edges of any
+        definition not in ``keep``, in one commit (retried as a whole on conflict)."""
+        for dependency in dependencies:
+            dependency.definition_id = st.definition_id
+        stale = _other_definitions(st.name, keep)
+        if not dependencies:
+            self._retry(lambda: self._table("dependencies").delete(stale), what=f"unregister dependencies of {st.name}")
+            return
+
+        def attempt() -> None:
+            (self._table("dependencies").merge(
+                self._arrow("dependencies", [d.to_row() for d in dependencies]),
+                "t.st_name = s.st_name AND t.source_name = s.source_name AND t.definition_id = s.definition_id",
+                source_alias="s", target_alias="t")
+             .when_matched_update_all().when_not_matched_insert_all()
+             .when_not_matched_by_source_delete(_other_definitions(st.name, keep, alias="t."))
+             .execute())
+
+        self._retry(attempt, what=f"register dependencies of {st.name}")
+        self._maybe_compact("dependencies")
 
     def update(self, name: str, change: Callable[[StreamTable], None]) -> StreamTable:
         """Apply ``change`` to the stored row of ``name`` and write it back (retried on conflict)."""
@@ -213,8 +262,14 @@ class CatalogStore:
     # -- dependencies -------------------------------------------------------------------------
 
     def dependencies(self, name: str | None = None) -> list[Dependency]:
+        """The edges of ``name`` (or of every stream table): the dependency rows that carry their
+        stream table's current definition id.  The rows are read first: edges are written
+        before the row that adopts them, so whatever row is read, its edges are there."""
         filters = [("st_name", "=", name)] if name is not None else None
-        return [Dependency.from_row(r) for r in self._rows("dependencies", filters)]
+        current = {r["name"]: r["definition_id"] for r in self._rows("stream_tables", [("name", "=", name)]
+                                                                       if name is not None else None)}
+        return [Dependency.from_row(r) for r in self._rows("dependencies", filters)
+                if r["st_name"] in current and r["definition_id"] == current[r["st_name"]]]
 
     # -- consistency groups -------------------------------------------------------------------
 
@@ -303,6 +358,17 @@ def _conform(table, schema):
 
 def _literal(text: str) -> str:
     return text.replace("'", "''")
+
+
+def _other_definitions(name: str, keep: list[str | None], *, alias: str = "") -> str:
+    """A predicate on dependency rows (of the table aliased ``alias``): ``name``'s rows whose
+    definition id is not in ``keep`` (None stands for rows written before ids existed)."""
+    column = f"{alias}definition_id"
+    ids = ", ".join(f"'{_literal(k)}'" for k in keep if k is not None)
+    known = f"{column} IN ({ids})" if ids else "FALSE"
+    # SQL's NULL: NOT (NULL IN (...)) is not true, so rows without an id need their own test
+    other = f"NOT ({column} IS NULL OR {known})" if None in keep else f"({column} IS NULL OR NOT {known})"
+    return f"{alias}st_name = '{_literal(name)}' AND {other}"
 
 
 def _is_conflict(err: BaseException) -> bool:

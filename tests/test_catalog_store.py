@@ -1,0 +1,114 @@
+"""The catalog's ALTER is one commit: interrupted at any write, readers see the old definition
+with its edges or the new one with its edges, never a mix (no JVM: the catalog is delta-rs)."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_trickle.catalog import store as store_module
+from airflow_trickle.catalog.model import Dependency, StreamTable, _schemas
+from airflow_trickle.catalog.store import CatalogStore
+
+
+def _row(name: str, query: str) -> StreamTable:
+    return StreamTable(name=name, st_id="id-" + name, defining_query=query, original_query=query, schedule=None,
+                       refresh_mode="DIFFERENTIAL", effective_mode="DIFFERENTIAL", output_columns=["x"])
+
+
+def _edges(name: str, *sources: str) -> list[Dependency]:
+    return [Dependency(st_name=name, source_name=s, source_type="TABLE", source_location=f"/wh/{s}") for s in sources]
+
+
+def _seen(catalog: CatalogStore, name: str) -> tuple[str, list[str]]:
+    return catalog.get(name).defining_query, sorted(d.source_name for d in catalog.dependencies(name))
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt_write(monkeypatch, number: int) -> list[str]:
+    """Make the catalog's ``number``-th write (0-based) fail as a killed process would."""
+    writes = []
+    real = CatalogStore._retry
+
+    def retry(self, action, *, what):
+        writes.append(what)
+        if len(writes) - 1 == number:
+            raise Interrupted(what)
+        return real(self, action, what=what)
+
+    monkeypatch.setattr(CatalogStore, "_retry", retry)
+    return writes
+
+
+@pytest.mark.parametrize("interrupted_write", [0, 1, 2])
+def test_an_interrupted_alter_leaves_the_old_or_the_new_definition_whole(tmp_path, monkeypatch, interrupted_write):
+    catalog = CatalogStore(str(tmp_path / "_trickle"))
+    catalog.insert(_row("db.st", "SELECT x FROM db.a JOIN db.b"), _edges("db.st", "db.a", "db.b"))
+    catalog.insert(_row("db.other", "SELECT x FROM db.a"), _edges("db.other", "db.a"))
+    old = ("SELECT x FROM db.a JOIN db.b", ["db.a", "db.b"])
+    new = ("SELECT x FROM db.b JOIN db.c", ["db.b", "db.c"])
+    assert _seen(catalog, "db.st") == old
+
+    writes = _interrupt_write(monkeypatch, interrupted_write)
+    try:
+        catalog.replace(_row("db.st", new[0]), _edges("db.st", "db.b", "db.c"))
+    except Interrupted:
+        pass
+    else:
+        pytest.fail(f"write {interrupted_write} was never reached: {writes}")
+    monkeypatch.undo()
+
+    fresh = CatalogStore(str(tmp_path / "_trickle"))  # another process's view
+    # writes: 0 the new edges beside the old, 1 the row (the switch), 2 removing the old edges
+    assert _seen(fresh, "db.st") == (old if interrupted_write <= 1 else new)
+    assert sorted((d.st_name, d.source_name) for d in fresh.dependencies()) == sorted(
+        [("db.other", "db.a")] + [("db.st", s) for s in _seen(fresh, "db.st")[1]])
+
+    # repeating the ALTER (or a later one) finishes it and leaves only the new edges on disk
+    fresh.replace(_row("db.st", new[0]), _edges("db.st", "db.b", "db.c"))
+    assert _seen(fresh, "db.st") == new
+    stored = DeltaTable(fresh.path("dependencies")).to_pyarrow_table().to_pylist()
+    assert sorted(r["source_name"] for r in stored if r["st_name"] == "db.st") == ["db.b", "db.c"]
+
+
+def test_a_create_interrupted_before_its_row_leaves_no_edges_seen(tmp_path, monkeypatch):
+    catalog = CatalogStore(str(tmp_path / "_trickle"))
+    _interrupt_write(monkeypatch, 1)  # the edges land, the row does not
+    with pytest.raises(Interrupted):
+        catalog.insert(_row("db.st", "SELECT x FROM db.a"), _edges("db.st", "db.a"))
+    monkeypatch.undo()
+    assert catalog.get("db.st") is None and catalog.dependencies() == []
+    catalog.insert(_row("db.st", "SELECT x FROM db.b"), _edges("db.st", "db.b"))
+    assert _seen(catalog, "db.st") == ("SELECT x FROM db.b", ["db.b"])
+    stored = DeltaTable(catalog.path("dependencies")).to_pyarrow_table().to_pylist()
+    assert [r["source_name"] for r in stored] == ["db.b"]  # the orphan edge was removed with the next write
+
+
+def test_a_catalog_written_before_definition_ids_gains_the_column_and_keeps_its_edges(tmp_path):
+    """Rows without a definition id (an older version's catalog) are one definition: they stay
+    visible, and the first ALTER replaces them."""
+    root = tmp_path / "_trickle"
+    schemas = _schemas()
+    for table, schema in schemas.items():
+        old = pa.schema([f for f in schema if f.name != "definition_id"])
+        rows = {"stream_tables": [{**_row("db.st", "SELECT x FROM db.a").to_row()}],
+                "dependencies": [d.to_row() for d in _edges("db.st", "db.a")]}.get(table, [])
+        data = pa.Table.from_pylist([{f.name: r.get(f.name) for f in old} for r in rows], schema=old)
+        write_deltalake(str(root / table), data)
+    catalog = CatalogStore(str(root))
+    assert _seen(catalog, "db.st") == ("SELECT x FROM db.a", ["db.a"])
+    assert "definition_id" in {f.name for f in DeltaTable(catalog.path("dependencies")).schema().fields}
+    catalog.replace(_row("db.st", "SELECT x FROM db.b"), _edges("db.st", "db.b"))
+    assert _seen(catalog, "db.st") == ("SELECT x FROM db.b", ["db.b"])
+    stored = DeltaTable(catalog.path("dependencies")).to_pyarrow_table().to_pylist()
+    assert [r["source_name"] for r in stored] == ["db.b"]
+
+
+def test_the_other_definitions_predicate_treats_rows_without_an_id_as_sql_does():
+    assert store_module._other_definitions("db.st", ["a"]) == (
+        "st_name = 'db.st' AND (definition_id IS NULL OR NOT definition_id IN ('a'))")
+    assert store_module._other_definitions("d'b", [None, "a"], alias="t.") == (
+        "t.st_name = 'd''b' AND NOT (t.definition_id IS NULL OR t.definition_id IN ('a'))")

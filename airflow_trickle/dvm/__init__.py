@@ -89,10 +89,13 @@ def _top_k_boundary(env, st, top, versions, scratch: list[str]) -> tuple[bool, s
 
     if top.boundary_probe(st.name, versions) is None:  # nothing to decide (an OFFSET, LIMIT 0)
         return False, None
+    from airflow_trickle.sql.rewrite import hoist_nested_ctes
+
     candidates = f"__trickle_candidates_{uuid.uuid4().hex}"
-    env.spark.sql(top.candidates_sql(st.name, versions)).localCheckpoint().createOrReplaceTempView(candidates)
+    candidates_sql = hoist_nested_ctes(top.candidates_sql(st.name, versions))
+    env.spark.sql(candidates_sql).localCheckpoint().createOrReplaceTempView(candidates)
     scratch.append(candidates)
-    if env.spark.sql(top.boundary_probe(st.name, versions, candidates)).first()[0]:
+    if env.spark.sql(hoist_nested_ctes(top.boundary_probe(st.name, versions, candidates))).first()[0]:
         return False, candidates
     log.info("%s: a row left the top-K; its rows are recomputed from the query", st.name)
     return True, None

@@ -39,8 +39,9 @@ def plan(defining_query: str, columns: dict[str, list[str]], *, database: str = 
     """
     query = parse_query(defining_query)
     with_ = query.args.get("with_") or query.args.get("with")  # the key's name differs across sqlglot versions
+    ctes: dict[str, Node] = {}
     if with_ is not None and with_.args.get("recursive"):
-        raise Unsupported("WITH RECURSIVE")
+        query, ctes = _plan_recursive(query, with_, columns, database)
     query, top_k = _split_top_k(query)
     for node_type, label in _UNSUPPORTED_NODES.items():
         if query.find(node_type):
@@ -51,7 +52,7 @@ def plan(defining_query: str, columns: dict[str, list[str]], *, database: str = 
         raise Unsupported(str(err)) from None
     if isinstance(query, (exp.Select, exp.Union)) and query.args.get("order"):
         query.set("order", None)  # row order of a stored table is not kept anyway
-    node = _plan_query(query, columns, database)
+    node = _plan_query(query, columns, database, ctes)
     if top_k is None:
         return node
     order, limit, offset = top_k
@@ -111,23 +112,25 @@ def _count(clause: exp.Expression, label: str) -> int:
     return int(value.name)
 
 
-def _plan_query(query: exp.Expression, columns, database) -> Node:
+def _plan_query(query: exp.Expression, columns, database, ctes: dict[str, Node] | None = None) -> Node:
+    """``ctes``: the recursive CTEs the query may read, by name (planned by :func:`_plan_recursive`)."""
     if isinstance(query, exp.Union):
         if query.args.get("distinct"):
             raise Unsupported("UNION")  # rewritten before; defensive
-        left, right = _plan_query(query.left, columns, database), _plan_query(query.right, columns, database)
+        left, right = (_plan_query(query.left, columns, database, ctes),
+                       _plan_query(query.right, columns, database, ctes))
         children = (left.children if isinstance(left, UnionAll) else [left]) + [right]
         if any(len(c.columns) != len(left.columns) for c in children):
             raise Unsupported("UNION ALL of different column counts")
         return UnionAll(children=children, columns=list(left.columns))
     if isinstance(query, exp.Subquery):
-        return _plan_query(query.this, columns, database)
+        return _plan_query(query.this, columns, database, ctes)
     if not isinstance(query, exp.Select):
         raise Unsupported(f"{query.key.upper()} query")
-    return _plan_select(query, columns, database)
+    return _plan_select(query, columns, database, ctes or {})
 
 
-def _plan_select(select: exp.Select, columns, database) -> Block:
+def _plan_select(select: exp.Select, columns, database, ctes: dict[str, Node]) -> Block:
     if select.args.get("distinct"):
         raise Unsupported("SELECT DISTINCT with aggregates")
     for key in ("where", "having"):
@@ -158,13 +161,15 @@ def _plan_select(select: exp.Select, columns, database) -> Block:
     for index, slot in enumerate(slots):
         source = slot.this
         alias = source.alias_or_name
-        if isinstance(source, exp.Table):
+        if isinstance(source, exp.Table) and not source.db and source.name.lower() in ctes:
+            node: Node = ctes[source.name.lower()]
+        elif isinstance(source, exp.Table):
             name = table_name(source, database=database)
             if name not in columns:
                 raise Unsupported(f"table {name} without known columns")
-            node: Node = Scan(name=name, columns=list(columns[name]))
+            node = Scan(name=name, columns=list(columns[name]))
         elif isinstance(source, exp.Subquery):
-            node = _plan_query(source.this, columns, database)
+            node = _plan_query(source.this, columns, database, ctes)
         else:
             raise Unsupported(f"FROM item {source.key}")
         items.append((alias, node))
@@ -192,6 +197,64 @@ def _plan_select(select: exp.Select, columns, database) -> Block:
         return Block(template=template, items=items, columns=names, steps=steps)
     group_exprs = [g.copy() for g in (group.expressions if group else [])]
     return Block(template=template, items=items, columns=names, group=group_exprs, aggregates=aggregates, steps=steps)
+
+
+def _plan_recursive(query: exp.Query, with_: exp.With, columns, database) -> tuple[exp.Query, dict[str, Node]]:
+    """The query without its ``WITH RECURSIVE`` clause, and its recursive CTE planned as a
+    :class:`~airflow_trickle.dvm.recursive.Recursive` (see there for what is maintained).
+
+    ``WITH RECURSIVE r(a, b) AS (SELECT a, b FROM t UNION ALL SELECT r.a, e.b FROM r JOIN e ON
+    r.b = e.a) SELECT a, b FROM r`` -> ``SELECT a, b FROM r``, {"r": Recursive(r, base t, step
+    through e)}
+    """
+    from airflow_trickle.dvm.recursive import Recursive
+    from airflow_trickle.sql.parse import non_monotone_constructs
+
+    if len(with_.expressions) != 1:
+        raise Unsupported("WITH RECURSIVE with more than one CTE (a single recursive CTE is maintained)")
+    cte = with_.expressions[0]
+    name = cte.alias_or_name.lower()
+
+    def reads_itself(node: exp.Expression) -> list[exp.Table]:
+        return [t for t in node.find_all(exp.Table) if not t.db and t.name.lower() == name]
+
+    body = cte.this
+    if not reads_itself(body):
+        raise Unsupported("WITH RECURSIVE whose CTE does not read itself (write it without RECURSIVE)")
+    if not isinstance(body, exp.Union) or body.args.get("distinct") or not isinstance(body.expression, exp.Select):
+        raise Unsupported("a recursive CTE that is not `base UNION ALL recursive SELECT`")
+    base, step = body.this, body.expression
+    if reads_itself(base):
+        raise Unsupported(f"a recursive CTE {name} whose base query reads {name} (only the last term may)")
+    if step.find(exp.Subquery) or any(s is not step for s in step.find_all(exp.Select)):
+        raise Unsupported("a subquery in the recursive term")
+    blocking = non_monotone_constructs(step) + (["LATERAL VIEW"] if step.args.get("laterals") else [])
+    if blocking:
+        raise Unsupported(f"a recursive term with {blocking[0]} (not monotone: recomputed instead)")
+    selves = reads_itself(step)
+    if len(selves) != 1:
+        raise Unsupported(f"a recursive term that reads {name} {len(selves)} times (only linear recursion "
+                          "is maintained)")
+    others = [t for t in step.find_all(exp.Table) if t is not selves[0]]
+    if len(others) > 1:
+        raise Unsupported("a recursive term that joins more than one other table")
+    other = None
+    if others:
+        other_name = table_name(others[0], database=database)
+        if other_name not in columns:
+            raise Unsupported(f"table {other_name} without known columns")
+        other = Scan(name=other_name, columns=list(columns[other_name]))
+    base_node = _plan_query(normalize(base.copy()), columns, database)
+    alias = cte.args.get("alias")
+    names = [c.name for c in alias.columns] if alias is not None and alias.columns else list(base_node.columns)
+    if len(names) != len(base_node.columns) or len(step.expressions) != len(names):
+        raise Unsupported(f"a recursive CTE {name} whose terms have different column counts")
+    node = Recursive(name=name, columns=names, base=base_node, step=step.copy(),
+                     self_alias=selves[0].alias_or_name, other=other,
+                     other_alias=others[0].alias_or_name if others else None)
+    rest = query.copy()
+    rest.set("with_" if "with_" in rest.args else "with", None)
+    return rest, {name: node}
 
 
 def _window_keys(windows: list[exp.Window]) -> list[exp.Expression]:

@@ -27,6 +27,7 @@ from airflow_trickle.refresh.cost import full_is_cheaper, touched_rows_matter
 from airflow_trickle.refresh.decide import change_estimate
 from airflow_trickle.refresh.failures import is_change_feed_unavailable, is_evaluation_error, short, with_retries
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
+from airflow_trickle.sql.rewrite import hoist_nested_ctes
 from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.repair import definition_properties
 from airflow_trickle.spark.delta import refresh_commit
@@ -123,7 +124,7 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
 
     def commit(sql: str):
         with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
-            return env.spark.sql(sql).first()
+            return env.spark.sql(hoist_nested_ctes(sql)).first()
 
     version_before = latest_version(st.location) if appending or replacing else None
     stored_before = row_count(st.location) if replacing else 0

@@ -3,13 +3,27 @@ from __future__ import annotations
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.optimizer.scope import traverse_scope
 
 from airflow_trickle.errors import InvalidQueryError
 from airflow_trickle.names import DEFAULT_DATABASE
 
-DIALECT = "spark"
+
+
+class TrickleSpark(Spark):
+    """Spark SQL as Spark 3 and later read it.  sqlglot's Spark dialect moves every CTE of a
+    subquery up to the statement's own WITH, as Hive needs; the delta of a recursive CTE
+    nests several ``WITH RECURSIVE`` subqueries (``dvm/recursive.py``), whose names would clash
+    once moved.  Spark itself reads CTEs in subqueries, so they stay where they are."""
+
+    class Generator(Spark.Generator):
+        EXPRESSIONS_WITHOUT_NESTED_CTES: set = set()
+
+
+#: The sqlglot dialect every query is parsed and written in (registered by its class name).
+DIALECT = "tricklespark"
 
 #: Functions whose result changes from one evaluation to the next.  A DIFFERENTIAL stream
 #: table cannot use them: the old state it subtracts would not be the state it added.

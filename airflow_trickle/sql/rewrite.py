@@ -84,3 +84,44 @@ def row_hash_sql(columns: list[str], *, qualifier: str | None = None) -> str:
         ref = f"{prefix}`{column}`"
         args.extend([f"isnull({ref})", ref])
     return f"xxhash64({', '.join(args)})"
+
+
+def hoist_nested_ctes(statement: str) -> str:
+    """``statement`` with every CTE defined inside its query moved up into the query's own
+    WITH (before the CTE that used it), identical definitions kept once.
+
+    Spark 4.2 cannot plan a WITH nested inside a CTE's definition (``InlineCTE``: "key not
+    found"); the delta of a recursive CTE is such a WITH once an applier wraps it in its own
+    CTE.  Only statements with ``WITH RECURSIVE`` need this, so the others are returned as they
+    are, unparsed.
+
+    ``WITH h AS (SELECT * FROM (WITH RECURSIVE r AS (...) SELECT * FROM r) AS x) SELECT * FROM h``
+    -> ``WITH RECURSIVE r AS (...), h AS (SELECT * FROM (SELECT * FROM r) AS x) SELECT * FROM h``
+    """
+    if "WITH RECURSIVE" not in statement.upper():
+        return statement
+    import sqlglot
+    from sqlglot.transforms import move_ctes_to_top_level
+
+    from airflow_trickle.sql.parse import DIALECT
+
+    tree = sqlglot.parse_one(statement, read=DIALECT)
+    if isinstance(tree, exp.Merge):
+        using = tree.args.get("using")
+        root = using.this if isinstance(using, exp.Subquery) else None
+    elif isinstance(tree, exp.Insert):
+        root = tree.expression
+    else:
+        root = tree
+    if not isinstance(root, exp.Query) or not any(w.parent is not root for w in root.find_all(exp.With)):
+        return statement
+    move_ctes_to_top_level(root)
+    top = root.args.get("with_") or root.args.get("with")
+    kept: dict[str, exp.CTE] = {}
+    for cte in top.expressions:
+        name = cte.alias_or_name
+        if name in kept and kept[name] != cte:
+            raise ValueError(f"two different CTEs named {name} in one statement")
+        kept.setdefault(name, cte)
+    top.set("expressions", list(kept.values()))
+    return tree.sql(DIALECT)

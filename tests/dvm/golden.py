@@ -28,6 +28,7 @@ from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.dvm.planner import plan
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
+from airflow_trickle.sql.parse import DIALECT
 
 #: The view name a refresh gives the materialized top-K candidates, in the golden SQL.
 CANDIDATES_VIEW = "__trickle_candidates_0"
@@ -51,7 +52,7 @@ class Case:
 
 
 def pretty(sql: str) -> str:
-    return sqlglot.transpile(sql, read="spark", write="spark", pretty=True)[0]
+    return sqlglot.transpile(sql, read=DIALECT, write=DIALECT, pretty=True)[0]
 
 
 def load(path: Path) -> list[Case]:
@@ -85,7 +86,7 @@ def compile_case(case: Case) -> str:
         return node.delta_sql(versions)
 
     def types_of(sql: str) -> dict[str, str]:
-        names = [e.alias_or_name for e in sqlglot.parse_one(sql, read="spark").expressions]
+        names = [e.alias_or_name for e in sqlglot.parse_one(sql, read=DIALECT).expressions]
         return {n: case.sum_type if n.startswith("__trickle_s") else "bigint" for n in names}
 
     layout = choose_layout(node, Versions(old=new, new=new, columns=case.sources), types_of)

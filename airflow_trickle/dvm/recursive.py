@@ -1,0 +1,173 @@
+"""``Recursive``: a recursive CTE, ``r = B ⊎ step(r, E)``, maintained by counting derivations.
+
+Spark runs ``WITH RECURSIVE`` with ``UNION ALL`` only, so ``r`` is a bag, and each of its rows
+is a *derivation*: a row b of the base query B followed by k ≥ 0 steps, each through one row
+of E (the recursive term's other source; none when it reads ``r`` alone).  A row's
+multiplicity is its number of derivations.  Split B's and E's changes into the rows removed
+(∇) and added (+), so that old = kept ⊎ ∇ and new = kept ⊎ +; then
+
+    Δ⁻r = the old derivations through a removed row, cut at the *last* one:
+          d = ∇B ⊎ step(r_old, ∇E),   then repeatedly  d ⊎= step(d, E_kept)
+    r_mid = r_old − Δ⁻r                               (the derivations of kept rows only)
+    Δ⁺r = the new derivations through an added row, cut at the *first* one:
+          d = B⁺ ⊎ step(r_mid, E⁺),   then repeatedly  d ⊎= step(d, E_new)
+    Δr  = Δ⁺r − Δ⁻r
+
+Every derivation through a changed row is cut exactly once, so the counts are exact.  For an
+insert-only change ∇B and ∇E are empty: Δ⁻r is empty and Δ⁺r is semi-naive evaluation from
+the new rows alone.  Rows travel as (row, count) pairs, the count multiplied by E's
+multiplicity of the row each step goes through, so duplicates cost nothing extra; the
+recursions start from the change and stop where Spark's own recursion stops (no new rows).
+
+Only a linear, monotone recursive term is maintained this way: it reads ``r`` once, joins at
+most one stored table (inner joins), and has no aggregate, DISTINCT, window, outer or semi
+join or subquery.  Anything else is refused with its name (the table then refreshes FULL).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from airflow_trickle.dvm.base import W, Node, Versions, parse_sql
+from airflow_trickle.dvm.scan import Scan
+from airflow_trickle.sql.parse import DIALECT
+
+#: Count of derivations carried through a recursion, and multiplicity of a row of E.
+_COUNT, _MULT = "__trickle_n", "__trickle_m"
+
+
+def _cols(columns: list[str], prefix: str = "") -> str:
+    return ", ".join(f"{prefix}`{c}`" for c in columns)
+
+
+@dataclass
+
+
+class Recursive(Node):
+    """A recursive CTE ``name`` (its base query planned as ``base``; ``step`` the recursive
+    term, reading ``name`` as ``self_alias`` and, if any, the stored table ``other`` as
+    ``other_alias``)."""
+
+    name: str
+    columns: list[str]
+    base: Node
+    step: exp.Select
+    self_alias: str
+    other: Scan | None = None
+    other_alias: str | None = None
+
+    def sources(self) -> set[str]:
+        return self.base.sources() | (self.other.sources() if self.other else set())
+
+    # -- rendering ----------------------------------------------------------------------------
+
+    def _step(self, rows: str, other_rows: str | None, *, counted: bool) -> str:
+        """The recursive term over ``rows`` (a relation name or a parenthesised query standing
+        for ``r``) and ``other_rows`` (for E); ``counted``: the rows carry a derivation count,
+        E a multiplicity, and the output their product."""
+        step = self.step.copy()
+        for table in list(step.find_all(exp.Table)):
+            if not table.args.get("db") and table.name == self.name:
+                table.replace(_relation(rows, self.self_alias))
+            elif self.other is not None:  # the one other table (``planner._plan_recursive``)
+                table.replace(_relation(other_rows, self.other_alias))
+        if counted:
+            product = f"`{self.self_alias}`.{_COUNT}"
+            if self.other is not None:
+                product += f" * `{self.other_alias}`.{_MULT}"
+            step.append("expressions", exp.maybe_parse(product, dialect=DIALECT).as_(_COUNT))
+        return step.sql(DIALECT)
+
+    def _base_rows(self, query: exp.Query, weighted: bool) -> str:
+        """``query`` (the base's state or delta) with the CTE's column names."""
+        names = [f"`{s}` AS `{d}`" for s, d in zip(self.base.columns, self.columns)]
+        if weighted:
+            names.append(W)
+        return f"SELECT {', '.join(names)} FROM ({query.sql(DIALECT)}) AS __b"
+
+    def _recursive_body(self, rec: str, v: Versions, which: str) -> str:
+        """The CTE's own definition at version ``which``, reading itself as ``rec``."""
+        other = f"({self.other.state_sql(v, which)})" if self.other else None
+        return (f"{self._base_rows(self.base.state(v, which), False)} "
+                f"UNION ALL {self._step(rec, other, counted=False)}")
+
+    def state(self, v: Versions, which: str) -> exp.Query:
+        # named by version: a statement may hold both states, and an applier's CTE hoisting
+        # (``sql.rewrite.hoist_nested_ctes``) keeps one of two equal definitions
+        rec = f"__trickle_rec_{which}"
+        return parse_sql(f"WITH RECURSIVE {rec}({_cols(self.columns)}) AS ({self._recursive_body(rec, v, which)}) "
+                         f"SELECT {_cols(self.columns)} FROM {rec}")
+
+    def delta(self, v: Versions) -> exp.Query:
+        # One WITH for every part, each named once: Spark (4.2) fails to plan a WITH nested in
+        # a CTE's definition (InlineCTE: "key not found").
+        cols = _cols(self.columns)
+
+        def part(query: str, sign: str, column: str, names: str) -> str:  # removed (-) or added (+) rows
+            return (f"SELECT {names}, CAST({'-' if sign == '-' else ''}{W} AS BIGINT) AS {column} "
+                    f"FROM ({query}) AS __d WHERE {W} {'<' if sign == '-' else '>'} 0")
+
+        old_rec = "__trickle_rec_old"
+        ctes = [f"{old_rec}({cols}) AS ({self._recursive_body(old_rec, v, 'old')})",
+                f"__trickle_old AS (SELECT {cols}, CAST(COUNT(*) AS BIGINT) AS {_COUNT} FROM {old_rec} "
+                f"GROUP BY {cols})",
+                f"__trickle_base_delta AS (SELECT {cols}, SUM({W}) AS {W} FROM "
+                f"({self._base_rows(self.base.delta(v), True)}) AS __b GROUP BY {cols} HAVING SUM({W}) <> 0)"]
+        removed_seed = part("SELECT * FROM __trickle_base_delta", "-", _COUNT, cols)
+        added_seed = part("SELECT * FROM __trickle_base_delta", "+", _COUNT, cols)
+        kept_e = new_e = None
+        if self.other is not None:
+            e = _cols(self.other.columns)
+
+            def e_at(which: str) -> str:
+                return (f"SELECT {e}, CAST(COUNT(*) AS BIGINT) AS {_MULT} FROM ({self.other.state_sql(v, which)}) "
+                        f"AS __e GROUP BY {e}")
+
+            ctes += [f"__trickle_e_delta AS (SELECT {e}, SUM({W}) AS {W} FROM ({self.other.delta_sql(v)}) AS __e "
+                     f"GROUP BY {e} HAVING SUM({W}) <> 0)",
+                     f"__trickle_e_removed AS ({part('SELECT * FROM __trickle_e_delta', '-', _MULT, e)})",
+                     f"__trickle_e_added AS ({part('SELECT * FROM __trickle_e_delta', '+', _MULT, e)})",
+                     f"__trickle_e_kept AS (SELECT {e}, SUM({_MULT}) AS {_MULT} FROM ({e_at('old')} UNION ALL "
+                     f"SELECT {e}, -{_MULT} FROM __trickle_e_removed) AS __k GROUP BY {e} HAVING SUM({_MULT}) > 0)",
+                     f"__trickle_e_new AS ({e_at('new')})"]
+            removed_seed += " UNION ALL " + self._step("__trickle_old", "__trickle_e_removed", counted=True)
+            added_seed += " UNION ALL " + self._step("__trickle_middle", "__trickle_e_added", counted=True)
+            kept_e, new_e = "__trickle_e_kept", "__trickle_e_new"
+        ctes.append(self._recursion("__trickle_removed", removed_seed, kept_e))
+        # r_mid: the derivations that use kept rows only
+        ctes.append(f"__trickle_middle AS (SELECT {cols}, SUM({_COUNT}) AS {_COUNT} FROM (SELECT * FROM "
+                    f"__trickle_old UNION ALL SELECT {cols}, -{_COUNT} FROM __trickle_removed) AS __m "
+                    f"GROUP BY {cols} HAVING SUM({_COUNT}) > 0)")
+        ctes.append(self._recursion("__trickle_added", added_seed, new_e))
+        # Δr = Δ⁺r − Δ⁻r, consolidated (a derivation removed and added again cancels)
+        return parse_sql(
+            f"WITH RECURSIVE {', '.join(ctes)} "
+            f"SELECT {cols}, SUM(__c) AS {W} FROM ("
+            f"SELECT {cols}, {_COUNT} AS __c FROM __trickle_added UNION ALL "
+            f"SELECT {cols}, -{_COUNT} AS __c FROM __trickle_removed) AS __all "
+            f"GROUP BY {cols} HAVING SUM(__c) <> 0")
+
+    def _recursion(self, rec: str, seed: str, other_rows: str | None) -> str:
+        """The CTE ``rec``: every derivation that starts with a row of ``seed`` (rows with
+        counts) and continues through E as ``other_rows``: ``d = seed``, then ``d ⊎= step(d, E)``
+        until nothing new."""
+        return (f"{rec}({_cols(self.columns)}, {_COUNT}) AS (SELECT * FROM ({seed}) AS __seed "
+                f"UNION ALL {self._step(rec, other_rows, counted=True)})")
+
+    def explain(self, depth: int = 0) -> list[str]:
+        pad = "  " * depth
+        through = f" through {self.other.name}" if self.other else ""
+        lines = [f"{pad}Recursive {self.name}{through}  [derivations counted: insert-only changes evaluated "
+                 "semi-naively from the new rows; removed rows' derivations subtracted first]"]
+        lines += self.base.explain(depth + 1)
+        return lines
+
+
+def _relation(rows: str | None, alias: str) -> exp.Expression:
+    """A FROM item under ``alias``: a relation's name, or a query in parentheses."""
+    if rows is None:
+        raise ValueError("the recursive term reads a table, but no rows were given for it")
+    if rows.startswith("("):
+        return parse_sql(rows[1:-1]).subquery(exp.to_identifier(alias, quoted=True))
+    return exp.Table(this=exp.to_identifier(rows), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))

@@ -122,6 +122,7 @@ def differential_append(env, st, current: dict[str, int]) -> str | None:
     from airflow_trickle.dvm.bag import bag_append_sql
     from airflow_trickle.dvm.base import Unsupported
     from airflow_trickle.dvm.planner import plan
+    from airflow_trickle.dvm.recursive import read_old_from_storage
     from airflow_trickle.sql.parse import non_monotone_constructs, parse_query
     from airflow_trickle.model import Strategy
 
@@ -138,7 +139,9 @@ def differential_append(env, st, current: dict[str, int]) -> str | None:
         return None
     versions = _refresh_versions(env, st, current, deps)
     try:
-        return bag_append_sql(st.name, st.output_columns, plan(st.defining_query, versions.columns).delta_sql(versions),
+        node = plan(st.defining_query, versions.columns)
+        read_old_from_storage(node, st.name, st.output_columns)
+        return bag_append_sql(st.name, st.output_columns, node.delta_sql(versions),
                               seq=st.refresh_seq + 1, dup_type=st.storage.dup_type)
     except Unsupported:
         return None

@@ -19,6 +19,7 @@ from airflow_trickle.dvm.base import Unsupported, Versions
 from airflow_trickle.dvm.block import Block
 from airflow_trickle.dvm.planner import plan
 from airflow_trickle.dvm.recompute import _recompute_merge
+from airflow_trickle.dvm.recursive import read_old_from_storage
 from airflow_trickle.dvm.sqltext import with_identity as _with_identity
 from airflow_trickle.dvm.topk import TopK
 from airflow_trickle.model import Identity, StateRole, StorageLayout, Strategy
@@ -93,6 +94,7 @@ def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]]
                                        candidates=candidates)
         return _bag_merge(st.name, visible, delta_sql, st.storage.dup_type)
     if strategy == Strategy.BAG:
+        read_old_from_storage(node, st.name, visible)
         return _bag_merge(st.name, visible, node.delta_sql(versions), st.storage.dup_type)
     if not (isinstance(node, Block) and node.is_aggregate):
         raise Unsupported("stored as keyed but the query has no aggregate at the top; REINITIALIZE it")

@@ -56,6 +56,9 @@ class Recursive(Node):
     self_alias: str
     other: Scan | None = None
     other_alias: str | None = None
+    #: A relation holding r at the old versions, when the stream table stores r itself (its
+    #: rows then need no recursion from the base: see :func:`read_old_from_storage`).
+    stored_old: str | None = None
 
     def sources(self) -> set[str]:
         return self.base.sources() | (self.other.sources() if self.other else set())
@@ -109,9 +112,14 @@ class Recursive(Node):
                     f"FROM ({query}) AS __d WHERE {W} {'<' if sign == '-' else '>'} 0")
 
         old_rec = "__trickle_rec_old"
-        ctes = [f"{old_rec}({cols}) AS ({self._recursive_body(old_rec, v, 'old')})",
-                f"__trickle_old AS (SELECT {cols}, CAST(COUNT(*) AS BIGINT) AS {_COUNT} FROM {old_rec} "
-                f"GROUP BY {cols})",
+        if self.stored_old is not None:
+            old_rows = f"SELECT {cols} FROM {self.stored_old}"
+            ctes = []
+        else:
+            old_rows = f"SELECT {cols} FROM {old_rec}"
+            ctes = [f"{old_rec}({cols}) AS ({self._recursive_body(old_rec, v, 'old')})"]
+        ctes += [f"__trickle_old AS (SELECT {cols}, CAST(COUNT(*) AS BIGINT) AS {_COUNT} FROM ({old_rows}) AS __o "
+                 f"GROUP BY {cols})",
                 f"__trickle_base_delta AS (SELECT {cols}, SUM({W}) AS {W} FROM "
                 f"({self._base_rows(self.base.delta(v), True)}) AS __b GROUP BY {cols} HAVING SUM({W}) <> 0)"]
         removed_seed = part("SELECT * FROM __trickle_base_delta", "-", _COUNT, cols)
@@ -158,6 +166,7 @@ class Recursive(Node):
     def explain(self, depth: int = 0) -> list[str]:
         pad = "  " * depth
         through = f" through {self.other.name}" if self.other else ""
+        through += "; old rows read from the stream table" if self.stored_old else ""
         lines = [f"{pad}Recursive {self.name}{through}  [derivations counted: insert-only changes evaluated "
                  "semi-naively from the new rows; removed rows' derivations subtracted first]"]
         lines += self.base.explain(depth + 1)
@@ -171,3 +180,26 @@ def _relation(rows: str | None, alias: str) -> exp.Expression:
     if rows.startswith("("):
         return parse_sql(rows[1:-1]).subquery(exp.to_identifier(alias, quoted=True))
     return exp.Table(this=exp.to_identifier(rows), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+
+
+def read_old_from_storage(node: Node, stored: str, stored_columns: list[str]) -> None:
+    """When ``node`` is ``SELECT <r's columns> FROM r`` over a recursive CTE r, let r's delta
+    read its old rows from the stream table (``stored``, visible ``stored_columns``) instead of
+    recomputing the recursion at the old versions: the stored rows *are* r at the old frontier.
+    Anything else (a filter, other columns, an aggregate over r) leaves the node as it is."""
+    from airflow_trickle.dvm.block import Block
+
+    if not (isinstance(node, Block) and len(node.items) == 1 and isinstance(node.items[0][1], Recursive)):
+        return
+    alias, recursive = node.items[0]
+    template = node.template
+    if node.is_aggregate or node.window_keys is not None or any(
+            template.args.get(k) for k in ("where", "joins", "laterals", "having", "qualify", "distinct")):
+        return
+    projected = [e.this if isinstance(e, exp.Alias) else e for e in template.expressions]
+    if not all(isinstance(e, exp.Column) and e.table in ("", alias) for e in projected) \
+            or [e.name for e in projected] != recursive.columns or len(stored_columns) != len(recursive.columns):
+        return
+    renamed = ", ".join(f"`{s}` AS `{c}`" for s, c in zip(stored_columns, recursive.columns))
+    db, table = stored.split(".", 1)
+    recursive.stored_old = f"(SELECT {renamed} FROM `{db}`.`{table}`) AS __stored"

@@ -71,7 +71,7 @@ class Recursive(Node):
         E a multiplicity, and the output their product."""
         step = self.step.copy()
         for table in list(step.find_all(exp.Table)):
-            if not table.args.get("db") and table.name == self.name:
+            if not table.args.get("db") and table.name.lower() == self.name:
                 table.replace(_relation(rows, self.self_alias))
             elif self.other is not None:  # the one other table (``planner._plan_recursive``)
                 table.replace(_relation(other_rows, self.other_alias))

@@ -15,9 +15,12 @@ multiplicity is its number of derivations.  Split B's and E's changes into the r
 
 Every derivation through a changed row is cut exactly once, so the counts are exact.  For an
 insert-only change ∇B and ∇E are empty: Δ⁻r is empty and Δ⁺r is semi-naive evaluation from
-the new rows alone.  Rows travel as (row, count) pairs, the count multiplied by E's
-multiplicity of the row each step goes through, so duplicates cost nothing extra; the
-recursions start from the change and stop where Spark's own recursion stops (no new rows).
+the new rows alone.  Rows travel as (row, count) pairs, the count multiplied at each step by
+the multiplicity of the E row it goes through.  Every part is linear in the counts, so only
+the small change sets are consolidated: r_old and E are read as they are (count 1 a row),
+E_kept is E_old with the removed rows added at count −1, r_mid is r_old with Δ⁻r negated, and
+a derivation through a removed row cancels in the final sum.  The recursions start from the
+change and stop where Spark's own recursion stops (no new rows).
 
 Only a linear, monotone recursive term is maintained this way: it reads ``r`` once, joins at
 most one stored table (inner joins), and has no aggregate, DISTINCT, window, outer or semi
@@ -118,8 +121,10 @@ class Recursive(Node):
         else:
             old_rows = f"SELECT {cols} FROM {old_rec}"
             ctes = [f"{old_rec}({cols}) AS ({self._recursive_body(old_rec, v, 'old')})"]
-        ctes += [f"__trickle_old AS (SELECT {cols}, CAST(COUNT(*) AS BIGINT) AS {_COUNT} FROM ({old_rows}) AS __o "
-                 f"GROUP BY {cols})",
+        # Every step is linear in the counts, so no relation below is consolidated but the
+        # change sets (small): a row and its negated copy cancel in the final sum, and the large
+        # relations (r_old, E) are read as they are, each row with count 1.
+        ctes += [f"__trickle_old AS (SELECT {cols}, CAST(1 AS BIGINT) AS {_COUNT} FROM ({old_rows}) AS __o)",
                 f"__trickle_base_delta AS (SELECT {cols}, SUM({W}) AS {W} FROM "
                 f"({self._base_rows(self.base.delta(v), True)}) AS __b GROUP BY {cols} HAVING SUM({W}) <> 0)"]
         removed_seed = part("SELECT * FROM __trickle_base_delta", "-", _COUNT, cols)
@@ -129,24 +134,21 @@ class Recursive(Node):
             e = _cols(self.other.columns)
 
             def e_at(which: str) -> str:
-                return (f"SELECT {e}, CAST(COUNT(*) AS BIGINT) AS {_MULT} FROM ({self.other.state_sql(v, which)}) "
-                        f"AS __e GROUP BY {e}")
+                return f"SELECT {e}, CAST(1 AS BIGINT) AS {_MULT} FROM ({self.other.state_sql(v, which)}) AS __e"
 
             ctes += [f"__trickle_e_delta AS (SELECT {e}, SUM({W}) AS {W} FROM ({self.other.delta_sql(v)}) AS __e "
                      f"GROUP BY {e} HAVING SUM({W}) <> 0)",
                      f"__trickle_e_removed AS ({part('SELECT * FROM __trickle_e_delta', '-', _MULT, e)})",
                      f"__trickle_e_added AS ({part('SELECT * FROM __trickle_e_delta', '+', _MULT, e)})",
-                     f"__trickle_e_kept AS (SELECT {e}, SUM({_MULT}) AS {_MULT} FROM ({e_at('old')} UNION ALL "
-                     f"SELECT {e}, -{_MULT} FROM __trickle_e_removed) AS __k GROUP BY {e} HAVING SUM({_MULT}) > 0)",
+                     f"__trickle_e_kept AS ({e_at('old')} UNION ALL SELECT {e}, -{_MULT} FROM __trickle_e_removed)",
                      f"__trickle_e_new AS ({e_at('new')})"]
             removed_seed += " UNION ALL " + self._step("__trickle_old", "__trickle_e_removed", counted=True)
             added_seed += " UNION ALL " + self._step("__trickle_middle", "__trickle_e_added", counted=True)
             kept_e, new_e = "__trickle_e_kept", "__trickle_e_new"
         ctes.append(self._recursion("__trickle_removed", removed_seed, kept_e))
         # r_mid: the derivations that use kept rows only
-        ctes.append(f"__trickle_middle AS (SELECT {cols}, SUM({_COUNT}) AS {_COUNT} FROM (SELECT * FROM "
-                    f"__trickle_old UNION ALL SELECT {cols}, -{_COUNT} FROM __trickle_removed) AS __m "
-                    f"GROUP BY {cols} HAVING SUM({_COUNT}) > 0)")
+        ctes.append(f"__trickle_middle AS (SELECT * FROM __trickle_old UNION ALL "
+                    f"SELECT {cols}, -{_COUNT} FROM __trickle_removed)")
         ctes.append(self._recursion("__trickle_added", added_seed, new_e))
         # Δr = Δ⁺r − Δ⁻r, consolidated (a derivation removed and added again cancels)
         return parse_sql(

@@ -70,8 +70,9 @@ def differential_merge(env, st, current: dict[str, int], *,
     try:
         top = top_k_of(st, versions.columns) if scratch is not None else None
         beyond, candidates = _top_k_boundary(env, st, top, versions, scratch) if top else (False, None)
+        prepare = (lambda node: materialize_recursions(env, node, versions, scratch)) if scratch is not None else None
         return differential_merge_sql(st, versions, versions.columns, beyond_boundary=beyond,
-                                      candidates=candidates), None
+                                      candidates=candidates, prepare=prepare), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
 
@@ -101,6 +102,44 @@ def _top_k_boundary(env, st, top, versions, scratch: list[str]) -> tuple[bool, s
     return True, None
 
 
+def materialize_recursions(env, node, versions, scratch: list[str]) -> None:
+    """Compute the parts of every recursive CTE's delta in ``node`` once, into local
+    checkpoints (temporary views named in ``scratch``) that the applying statement reads.
+
+    Spark's recursion re-runs the inputs of its step at each iteration and inlines a CTE at
+    each use: in one statement the change feeds were read at every iteration and the removal
+    recursion run twice, 10-20x the cost of the recursion itself (measured on a 10,000-row org
+    chart: 12-24 s for the delta against 2 s for the whole recursion).
+    """
+    import uuid
+
+    from airflow_trickle.dvm.recursive import MATERIALIZED, Recursive
+    from airflow_trickle.sql.rewrite import hoist_nested_ctes
+
+    for recursive in _nodes(node):
+        if not isinstance(recursive, Recursive):
+            continue
+        for name in MATERIALIZED:
+            if name == "__trickle_e_delta" and recursive.other is None:
+                continue
+            view = f"{name}_{uuid.uuid4().hex}"
+            env.spark.sql(hoist_nested_ctes(recursive.part_sql(versions, name))).localCheckpoint() \
+                .createOrReplaceTempView(view)
+            scratch.append(view)
+            recursive.views[name] = view
+
+
+def _nodes(node):
+    """``node`` and every operator under it."""
+    from airflow_trickle.dvm.base import Node
+
+    yield node
+    children = list(getattr(node, "children", None) or []) + [n for _, n in getattr(node, "items", None) or []]
+    children += [getattr(node, a) for a in ("child", "base") if isinstance(getattr(node, a, None), Node)]
+    for child in children:
+        yield from _nodes(child)
+
+
 def drop_scratch_views(env, scratch: list[str]) -> None:
     """Drop the temporary views a refresh made (:func:`differential_merge`)."""
     for view in scratch:
@@ -111,12 +150,14 @@ def drop_scratch_views(env, scratch: list[str]) -> None:
     scratch.clear()
 
 
-def differential_append(env, st, current: dict[str, int]) -> str | None:
+def differential_append(env, st, current: dict[str, int], *, scratch: list[str] | None = None) -> str | None:
     """An INSERT applying the change when it can only add rows, else None.
 
     That holds for a bag stream table whose query is monotone (no aggregate, DISTINCT, outer
     join, ...) when every source that changed only gained rows in the window (appends, or
     insert-only MERGEs of an upstream stream table): the delta then has no negative weight.
+    Given a ``scratch`` list (a refresh), a recursive CTE computes the parts of its delta first
+    (:func:`materialize_recursions`).
     """
     from airflow_trickle.deltalog import insert_only_commits
     from airflow_trickle.dvm.bag import bag_append_sql
@@ -141,6 +182,8 @@ def differential_append(env, st, current: dict[str, int]) -> str | None:
     try:
         node = plan(st.defining_query, versions.columns)
         read_old_from_storage(node, st.name, st.output_columns)
+        if scratch is not None:
+            materialize_recursions(env, node, versions, scratch)
         return bag_append_sql(st.name, st.output_columns, node.delta_sql(versions),
                               seq=st.refresh_seq + 1, dup_type=st.storage.dup_type)
     except Unsupported:

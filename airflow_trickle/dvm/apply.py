@@ -77,16 +77,21 @@ def top_k_of(st, columns: dict[str, list[str]]) -> TopK | None:
 
 
 def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]], *,
-                           beyond_boundary: bool = False, candidates: str | None = None) -> str:
+                           beyond_boundary: bool = False, candidates: str | None = None, prepare=None) -> str:
     """The one MERGE that applies the change of ``versions`` to stream table ``st``.
 
     ``beyond_boundary``: a top-K's new rows are recomputed from the query instead of taken from
     the stored rows plus the delta (a row left the top k; see ``topk.py``); ``candidates``
-    names a relation already holding the stored rows plus the delta.
+    names a relation already holding the stored rows plus the delta.  ``prepare(node)`` runs on
+    the planned tree before the statement is built (a refresh computes parts of it once).
     """
     node = plan(st.defining_query, columns)
     strategy = st.storage.strategy or Strategy.BAG
     visible = st.output_columns
+    if strategy == Strategy.BAG:
+        read_old_from_storage(node, st.name, visible)
+    if prepare is not None:
+        prepare(node)
     if isinstance(node, TopK):
         if strategy != Strategy.BAG:
             raise Unsupported("stored as keyed but the query is a top-K; REINITIALIZE it")
@@ -94,7 +99,6 @@ def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]]
                                        candidates=candidates)
         return _bag_merge(st.name, visible, delta_sql, st.storage.dup_type)
     if strategy == Strategy.BAG:
-        read_old_from_storage(node, st.name, visible)
         return _bag_merge(st.name, visible, node.delta_sql(versions), st.storage.dup_type)
     if not (isinstance(node, Block) and node.is_aggregate):
         raise Unsupported("stored as keyed but the query has no aggregate at the top; REINITIALIZE it")

@@ -28,13 +28,18 @@ join or subquery.  Anything else is refused with its name (the table then refres
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
 from airflow_trickle.dvm.base import W, Node, Versions, parse_sql
 from airflow_trickle.dvm.scan import Scan
 from airflow_trickle.sql.parse import DIALECT
+
+#: The parts of the delta a refresh computes once each, in this order, before the statement
+#: that applies it: Spark's recursion re-runs its step's inputs at every iteration, so the
+#: change feeds would be read again and again, and each recursion inlined wherever it is read.
+MATERIALIZED = ("__trickle_base_delta", "__trickle_e_delta", "__trickle_removed", "__trickle_added")
 
 #: Count of derivations carried through a recursion, and multiplicity of a row of E.
 _COUNT, _MULT = "__trickle_n", "__trickle_m"
@@ -62,6 +67,8 @@ class Recursive(Node):
     #: A relation holding r at the old versions, when the stream table stores r itself (its
     #: rows then need no recursion from the base: see :func:`read_old_from_storage`).
     stored_old: str | None = None
+    #: Parts of the delta a refresh has computed already, by part name: their views.
+    views: dict[str, str] = field(default_factory=dict)
 
     def sources(self) -> set[str]:
         return self.base.sources() | (self.other.sources() if self.other else set())
@@ -106,8 +113,36 @@ class Recursive(Node):
                          f"SELECT {_cols(self.columns)} FROM {rec}")
 
     def delta(self, v: Versions) -> exp.Query:
-        # One WITH for every part, each named once: Spark (4.2) fails to plan a WITH nested in
-        # a CTE's definition (InlineCTE: "key not found").
+        # Δr = Δ⁺r − Δ⁻r, consolidated (a derivation removed and added again cancels)
+        cols = _cols(self.columns)
+        return parse_sql(
+            f"{self._with(v)} SELECT {cols}, SUM(__c) AS {W} FROM ("
+            f"SELECT {cols}, {_COUNT} AS __c FROM __trickle_added UNION ALL "
+            f"SELECT {cols}, -{_COUNT} AS __c FROM __trickle_removed) AS __all "
+            f"GROUP BY {cols} HAVING SUM(__c) <> 0")
+
+    def part_sql(self, v: Versions, name: str) -> str:
+        """The rows of one named part of the delta (see :data:`MATERIALIZED`), to compute it once."""
+        return f"{self._with(v)} SELECT * FROM {name}"
+
+    def _with(self, v: Versions) -> str:
+        """The WITH clause naming every part of the delta, in order.
+
+        One WITH for all, each part named once: Spark (4.2) fails to plan a WITH nested in a
+        CTE's definition (InlineCTE: "key not found").  A part computed already for this
+        refresh (``views``) is read from its view.
+        """
+        parts = self._parts(v)
+        recursive = False
+        for index, (name, definition, is_recursive) in enumerate(parts):
+            if name in self.views:
+                parts[index] = (name, f"{name} AS (SELECT * FROM {self.views[name]})", False)
+            else:
+                recursive |= is_recursive
+        return f"WITH {'RECURSIVE ' if recursive else ''}{', '.join(d for _, d, _ in parts)}"
+
+    def _parts(self, v: Versions) -> list[tuple[str, str, bool]]:
+        """(name, definition, whether it is recursive) of every part of the delta, in order."""
         cols = _cols(self.columns)
 
         def part(query: str, sign: str, column: str, names: str) -> str:  # removed (-) or added (+) rows
@@ -115,18 +150,20 @@ class Recursive(Node):
                     f"FROM ({query}) AS __d WHERE {W} {'<' if sign == '-' else '>'} 0")
 
         old_rec = "__trickle_rec_old"
+        parts = []
         if self.stored_old is not None:
             old_rows = f"SELECT {cols} FROM {self.stored_old}"
-            ctes = []
         else:
             old_rows = f"SELECT {cols} FROM {old_rec}"
-            ctes = [f"{old_rec}({cols}) AS ({self._recursive_body(old_rec, v, 'old')})"]
+            parts.append((old_rec, f"{old_rec}({cols}) AS ({self._recursive_body(old_rec, v, 'old')})", True))
         # Every step is linear in the counts, so no relation below is consolidated but the
         # change sets (small): a row and its negated copy cancel in the final sum, and the large
         # relations (r_old, E) are read as they are, each row with count 1.
-        ctes += [f"__trickle_old AS (SELECT {cols}, CAST(1 AS BIGINT) AS {_COUNT} FROM ({old_rows}) AS __o)",
-                f"__trickle_base_delta AS (SELECT {cols}, SUM({W}) AS {W} FROM "
-                f"({self._base_rows(self.base.delta(v), True)}) AS __b GROUP BY {cols} HAVING SUM({W}) <> 0)"]
+        parts += [("__trickle_old", f"__trickle_old AS (SELECT {cols}, CAST(1 AS BIGINT) AS {_COUNT} "
+                                    f"FROM ({old_rows}) AS __o)", False),
+                  ("__trickle_base_delta", f"__trickle_base_delta AS (SELECT {cols}, SUM({W}) AS {W} FROM "
+                                           f"({self._base_rows(self.base.delta(v), True)}) AS __b GROUP BY {cols} "
+                                           f"HAVING SUM({W}) <> 0)", False)]
         removed_seed = part("SELECT * FROM __trickle_base_delta", "-", _COUNT, cols)
         added_seed = part("SELECT * FROM __trickle_base_delta", "+", _COUNT, cols)
         kept_e = new_e = None
@@ -136,27 +173,25 @@ class Recursive(Node):
             def e_at(which: str) -> str:
                 return f"SELECT {e}, CAST(1 AS BIGINT) AS {_MULT} FROM ({self.other.state_sql(v, which)}) AS __e"
 
-            ctes += [f"__trickle_e_delta AS (SELECT {e}, SUM({W}) AS {W} FROM ({self.other.delta_sql(v)}) AS __e "
-                     f"GROUP BY {e} HAVING SUM({W}) <> 0)",
-                     f"__trickle_e_removed AS ({part('SELECT * FROM __trickle_e_delta', '-', _MULT, e)})",
-                     f"__trickle_e_added AS ({part('SELECT * FROM __trickle_e_delta', '+', _MULT, e)})",
-                     f"__trickle_e_kept AS ({e_at('old')} UNION ALL SELECT {e}, -{_MULT} FROM __trickle_e_removed)",
-                     f"__trickle_e_new AS ({e_at('new')})"]
+            parts += [
+                ("__trickle_e_delta", f"__trickle_e_delta AS (SELECT {e}, SUM({W}) AS {W} FROM "
+                                      f"({self.other.delta_sql(v)}) AS __e GROUP BY {e} HAVING SUM({W}) <> 0)", False),
+                ("__trickle_e_removed",
+                 f"__trickle_e_removed AS ({part('SELECT * FROM __trickle_e_delta', '-', _MULT, e)})", False),
+                ("__trickle_e_added",
+                 f"__trickle_e_added AS ({part('SELECT * FROM __trickle_e_delta', '+', _MULT, e)})", False),
+                ("__trickle_e_kept", f"__trickle_e_kept AS ({e_at('old')} UNION ALL "
+                                     f"SELECT {e}, -{_MULT} FROM __trickle_e_removed)", False),
+                ("__trickle_e_new", f"__trickle_e_new AS ({e_at('new')})", False)]
             removed_seed += " UNION ALL " + self._step("__trickle_old", "__trickle_e_removed", counted=True)
             added_seed += " UNION ALL " + self._step("__trickle_middle", "__trickle_e_added", counted=True)
             kept_e, new_e = "__trickle_e_kept", "__trickle_e_new"
-        ctes.append(self._recursion("__trickle_removed", removed_seed, kept_e))
+        parts.append(("__trickle_removed", self._recursion("__trickle_removed", removed_seed, kept_e), True))
         # r_mid: the derivations that use kept rows only
-        ctes.append(f"__trickle_middle AS (SELECT * FROM __trickle_old UNION ALL "
-                    f"SELECT {cols}, -{_COUNT} FROM __trickle_removed)")
-        ctes.append(self._recursion("__trickle_added", added_seed, new_e))
-        # Δr = Δ⁺r − Δ⁻r, consolidated (a derivation removed and added again cancels)
-        return parse_sql(
-            f"WITH RECURSIVE {', '.join(ctes)} "
-            f"SELECT {cols}, SUM(__c) AS {W} FROM ("
-            f"SELECT {cols}, {_COUNT} AS __c FROM __trickle_added UNION ALL "
-            f"SELECT {cols}, -{_COUNT} AS __c FROM __trickle_removed) AS __all "
-            f"GROUP BY {cols} HAVING SUM(__c) <> 0")
+        parts.append(("__trickle_middle", f"__trickle_middle AS (SELECT * FROM __trickle_old UNION ALL "
+                                          f"SELECT {cols}, -{_COUNT} FROM __trickle_removed)", False))
+        parts.append(("__trickle_added", self._recursion("__trickle_added", added_seed, new_e), True))
+        return parts
 
     def _recursion(self, rec: str, seed: str, other_rows: str | None) -> str:
         """The CTE ``rec``: every derivation that starts with a row of ``seed`` (rows with

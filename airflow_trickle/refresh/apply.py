@@ -99,7 +99,7 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
                                hint="the stream table is strict (options: strict); refresh it FULL, or drop the "
                                     "option to let the cost model fall back to FULL")
         with clock.phase("plan"):
-            append_sql = None if too_costly else differential_append(env, st, current)
+            append_sql = None if too_costly else differential_append(env, st, current, scratch=scratch)
             appending = append_sql is not None
             merge_sql, fallback = ((append_sql, None) if appending else
                                    (None, too_costly) if too_costly

@@ -4,7 +4,9 @@ The query is normalised first (``rewrites.py``: CTEs inlined, DISTINCT and UNION
 then each SELECT becomes a :class:`~airflow_trickle.dvm.block.Block` over its FROM items (a
 :class:`~airflow_trickle.dvm.scan.Scan` or a nested query), and ``UNION ALL`` a
 :class:`~airflow_trickle.dvm.union.UnionAll`; an outermost ``ORDER BY … LIMIT`` wraps the tree
-in a :class:`~airflow_trickle.dvm.topk.TopK`.  Anything else is refused with its name.
+in a :class:`~airflow_trickle.dvm.topk.TopK`; a ``WITH RECURSIVE`` CTE becomes a
+:class:`~airflow_trickle.dvm.recursive.Recursive` that the query reads like a table.  Anything
+else is refused with its name.
 """
 from __future__ import annotations
 

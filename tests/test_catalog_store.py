@@ -28,19 +28,24 @@ class Interrupted(Exception):
     pass
 
 
-def _interrupt_write(monkeypatch, number: int) -> list[str]:
-    """Make the catalog's ``number``-th write (0-based) fail as a killed process would."""
+def _interrupt_write(monkeypatch, prefix: str) -> list[str]:
+    """Make the catalog's first write described as ``prefix...`` fail as a killed process would."""
     writes = []
     real = CatalogStore._retry
 
     def retry(self, action, *, what):
         writes.append(what)
-        if len(writes) - 1 == number:
+        if what.startswith(prefix) and not any(w.startswith(prefix) for w in writes[:-1]):
             raise Interrupted(what)
         return real(self, action, what=what)
 
     monkeypatch.setattr(CatalogStore, "_retry", retry)
     return writes
+
+
+#: An ALTER's catalog writes, in order: the new edges beside the old, the row (the switch), the
+#: old edges removed.
+ALTER_WRITES = ["register dependencies of db.st", "replace db.st", "remove the replaced dependencies of db.st"]
 
 
 @pytest.mark.parametrize("interrupted_write", [0, 1, 2])
@@ -52,17 +57,13 @@ def test_an_interrupted_alter_leaves_the_old_or_the_new_definition_whole(tmp_pat
     new = ("SELECT x FROM db.b JOIN db.c", ["db.b", "db.c"])
     assert _seen(catalog, "db.st") == old
 
-    writes = _interrupt_write(monkeypatch, interrupted_write)
-    try:
+    writes = _interrupt_write(monkeypatch, ALTER_WRITES[interrupted_write])
+    with pytest.raises(Interrupted):
         catalog.replace(_row("db.st", new[0]), _edges("db.st", "db.b", "db.c"))
-    except Interrupted:
-        pass
-    else:
-        pytest.fail(f"write {interrupted_write} was never reached: {writes}")
+    assert writes == ALTER_WRITES[:interrupted_write + 1]
     monkeypatch.undo()
 
     fresh = CatalogStore(str(tmp_path / "_trickle"))  # another process's view
-    # writes: 0 the new edges beside the old, 1 the row (the switch), 2 removing the old edges
     assert _seen(fresh, "db.st") == (old if interrupted_write <= 1 else new)
     assert sorted((d.st_name, d.source_name) for d in fresh.dependencies()) == sorted(
         [("db.other", "db.a")] + [("db.st", s) for s in _seen(fresh, "db.st")[1]])
@@ -76,9 +77,11 @@ def test_an_interrupted_alter_leaves_the_old_or_the_new_definition_whole(tmp_pat
 
 def test_a_create_interrupted_before_its_row_leaves_no_edges_seen(tmp_path, monkeypatch):
     catalog = CatalogStore(str(tmp_path / "_trickle"))
-    _interrupt_write(monkeypatch, 1)  # the edges land, the row does not
+    catalog.ensure()  # the catalog tables exist: the interrupted write is the create's own
+    writes = _interrupt_write(monkeypatch, "register db.st")  # the edges land, the row does not
     with pytest.raises(Interrupted):
         catalog.insert(_row("db.st", "SELECT x FROM db.a"), _edges("db.st", "db.a"))
+    assert writes == ["register dependencies of db.st", "register db.st"]
     monkeypatch.undo()
     assert catalog.get("db.st") is None and catalog.dependencies() == []
     catalog.insert(_row("db.st", "SELECT x FROM db.b"), _edges("db.st", "db.b"))

@@ -86,16 +86,11 @@ def _top_k_boundary(env, st, top, versions, scratch: list[str]) -> tuple[bool, s
     checkpoint, they cost one evaluation instead of two.  A local checkpoint lives with the
     session's executors, so a lost executor fails the commit, which is then retried whole.
     """
-    import uuid
+    from airflow_trickle.sql.rewrite import hoist_nested_ctes
 
     if top.boundary_probe(st.name, versions) is None:  # nothing to decide (an OFFSET, LIMIT 0)
         return False, None
-    from airflow_trickle.sql.rewrite import hoist_nested_ctes
-
-    candidates = f"__trickle_candidates_{uuid.uuid4().hex}"
-    candidates_sql = hoist_nested_ctes(top.candidates_sql(st.name, versions))
-    env.spark.sql(candidates_sql).localCheckpoint().createOrReplaceTempView(candidates)
-    scratch.append(candidates)
+    candidates = _checkpoint(env, top.candidates_sql(st.name, versions), "__trickle_candidates", scratch)
     if env.spark.sql(hoist_nested_ctes(top.boundary_probe(st.name, versions, candidates))).first()[0]:
         return False, candidates
     log.info("%s: a row left the top-K; its rows are recomputed from the query", st.name)
@@ -111,10 +106,7 @@ def materialize_recursions(env, node, versions, scratch: list[str]) -> None:
     recursion run twice, 10-20x the cost of the recursion itself (measured on a 10,000-row org
     chart: 12-24 s for the delta against 2 s for the whole recursion).
     """
-    import uuid
-
     from airflow_trickle.dvm.recursive import MATERIALIZED, Recursive
-    from airflow_trickle.sql.rewrite import hoist_nested_ctes
 
     for recursive in _nodes(node):
         if not isinstance(recursive, Recursive):
@@ -122,11 +114,20 @@ def materialize_recursions(env, node, versions, scratch: list[str]) -> None:
         for name in MATERIALIZED:
             if name == "__trickle_e_delta" and recursive.other is None:
                 continue
-            view = f"{name}_{uuid.uuid4().hex}"
-            env.spark.sql(hoist_nested_ctes(recursive.part_sql(versions, name))).localCheckpoint() \
-                .createOrReplaceTempView(view)
-            scratch.append(view)
-            recursive.views[name] = view
+            recursive.views[name] = _checkpoint(env, recursive.part_sql(versions, name), name, scratch)
+
+
+def _checkpoint(env, sql: str, prefix: str, scratch: list[str]) -> str:
+    """Compute ``sql`` once into a local checkpoint, as a temporary view named ``prefix_<id>``
+    (appended to ``scratch``, dropped after the commit); the view's name."""
+    import uuid
+
+    from airflow_trickle.sql.rewrite import hoist_nested_ctes
+
+    view = f"{prefix}_{uuid.uuid4().hex}"
+    env.spark.sql(hoist_nested_ctes(sql)).localCheckpoint().createOrReplaceTempView(view)
+    scratch.append(view)
+    return view
 
 
 def _nodes(node):

@@ -209,7 +209,7 @@ def _plan_recursive(query: exp.Query, with_: exp.With, columns, database) -> tup
     r.b = e.a) SELECT a, b FROM r`` -> ``SELECT a, b FROM r``, {"r": Recursive(r, base t, step
     through e)}
     """
-    from airflow_trickle.dvm.recursive import Recursive
+    from airflow_trickle.dvm.recursive import Recursive, reads_cte
     from airflow_trickle.sql.parse import non_monotone_constructs
 
     if len(with_.expressions) != 1:
@@ -218,7 +218,7 @@ def _plan_recursive(query: exp.Query, with_: exp.With, columns, database) -> tup
     name = cte.alias_or_name.lower()
 
     def reads_itself(node: exp.Expression) -> list[exp.Table]:
-        return [t for t in node.find_all(exp.Table) if not t.db and t.name.lower() == name]
+        return [t for t in node.find_all(exp.Table) if reads_cte(t, name)]
 
     body = cte.this
     if not reads_itself(body):

@@ -45,6 +45,11 @@ MATERIALIZED = ("__trickle_base_delta", "__trickle_e_delta", "__trickle_removed"
 _COUNT, _MULT = "__trickle_n", "__trickle_m"
 
 
+def reads_cte(table: exp.Table, name: str) -> bool:
+    """Whether ``table`` is a reference to the CTE ``name`` (lower case): no database, same name."""
+    return not table.args.get("db") and table.name.lower() == name
+
+
 def _cols(columns: list[str], prefix: str = "") -> str:
     return ", ".join(f"{prefix}`{c}`" for c in columns)
 
@@ -81,7 +86,7 @@ class Recursive(Node):
         E a multiplicity, and the output their product."""
         step = self.step.copy()
         for table in list(step.find_all(exp.Table)):
-            if not table.args.get("db") and table.name.lower() == self.name:
+            if reads_cte(table, self.name):
                 table.replace(_relation(rows, self.self_alias))
             elif self.other is not None:  # the one other table (``planner._plan_recursive``)
                 table.replace(_relation(other_rows, self.other_alias))

@@ -27,12 +27,11 @@ from airflow_trickle.refresh.cost import full_is_cheaper, touched_rows_matter
 from airflow_trickle.refresh.decide import change_estimate
 from airflow_trickle.refresh.failures import is_change_feed_unavailable, is_evaluation_error, short, with_retries
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
-from airflow_trickle.sql.rewrite import hoist_nested_ctes
 from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.repair import definition_properties
 from airflow_trickle.spark.delta import refresh_commit
 from airflow_trickle.sql.parse import DIALECT, parse_query
-from airflow_trickle.sql.rewrite import pin_sources
+from airflow_trickle.sql.rewrite import hoist_nested_ctes, pin_sources
 from airflow_trickle.storage import replace_storage_sql
 
 log = logging.getLogger(__name__)

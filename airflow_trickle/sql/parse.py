@@ -11,7 +11,6 @@ from airflow_trickle.errors import InvalidQueryError
 from airflow_trickle.names import DEFAULT_DATABASE
 
 
-
 class TrickleSpark(Spark):
     """Spark SQL as Spark 3 and later read it.  sqlglot's Spark dialect moves every CTE of a
     subquery up to the statement's own WITH, as Hive needs; the delta of a recursive CTE

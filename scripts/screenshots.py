@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sqlite3
 import socket
 import subprocess
 import sys
@@ -65,7 +66,7 @@ def serve_ui(warehouse: str, port: int) -> subprocess.Popen:
     raise SystemExit("the Airflow API server did not start within 3 minutes")
 
 
-def shoot(port: int, out: Path) -> list[Path]:
+def shoot(port: int, out: Path, home: str) -> list[Path]:
     from selenium import webdriver
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -83,6 +84,10 @@ def shoot(port: int, out: Path) -> list[Path]:
     wait = WebDriverWait(driver, 60)
     base = f"http://127.0.0.1:{port}"
     taken = []
+
+    def asset_id(name: str) -> int:
+        with sqlite3.connect(f"{home}/airflow.db") as db:
+            return db.execute("SELECT id FROM asset WHERE name = ?", (name,)).fetchone()[0]
 
     def save(name: str, settle: float = 2.0) -> None:
         time.sleep(settle)
@@ -121,6 +126,11 @@ def shoot(port: int, out: Path) -> list[Path]:
         click("//*[@id='element_tables']/ancestor::*[contains(@class, 'control') or @role='combobox'][1]"
               " | //*[@id='element_tables']")
         save("airflow_trigger_pick_list", settle=1)
+        # Airflow's asset graph of the end of the chain, as task dependencies: its lineage
+        # source -> refresh task -> stream table -> ... (the tasks' inlets and outlets)
+        driver.get(f"{base}/assets/{asset_id('trickle/shop/shop.top_customers')}")
+        click("//*[normalize-space()='Task Dependencies']")
+        save("airflow_asset_lineage", settle=4)
         driver.get(f"{base}/plugin/stream-tables")
         frame = wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe")))
         driver.switch_to.frame(frame)
@@ -152,7 +162,7 @@ def main() -> int:
     server = serve_ui(warehouse, port)
     print(f"Airflow UI at http://127.0.0.1:{port}; screenshots:", flush=True)
     try:
-        shoot(port, out)
+        shoot(port, out, os.path.join(warehouse, "_airflow"))
     finally:
         os.killpg(server.pid, 15)
     return 0

@@ -66,9 +66,11 @@ def test_overview_gives_age_against_target_and_recent_refreshes(warehouse):
 
 
 def test_the_page_needs_airflow_login_and_shows_every_stream_table(warehouse):
-    """Airflow's API server (in a child process) mounts the plugin; anonymous requests are refused."""
-    done = subprocess.run([sys.executable, "-m", "tests.helpers.api_server", warehouse], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    """Airflow's API server (in a child process) mounts the plugin; anonymous requests are refused.
+    The example's DAG, serialized beside it, draws the lineage of its tables in Airflow's own
+    asset graph: source -> refresh task -> stream table -> refresh task -> stream table."""
+    done = subprocess.run([sys.executable, "-m", "tests.helpers.api_server", warehouse,
+                           str(ROOT / "dags_example")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT "):])
@@ -82,3 +84,15 @@ def test_the_page_needs_airflow_login_and_shows_every_stream_table(warehouse):
     assert any("Scan db.src" in line for line in result["tree"]["tree"])
     plugin = next(p for p in result["plugins"]["plugins"] if p["name"] == "airflow_trickle")
     assert plugin["external_views"][0]["href"] == "/trickle/" and plugin["external_views"][0]["name"] == "Stream tables"
+    task, asset = "trickle_shop.shop.{}".format, "trickle/shop/shop.{}".format
+    chain = result["lineage"][asset("top_customers")]
+    for edge in ([asset("orders"), task("order_lines")], [asset("customers"), task("order_lines")],
+                 [task("order_lines"), asset("order_lines")], [asset("order_lines"), task("customer_totals")],
+                 [task("customer_totals"), asset("customer_totals")], [asset("customer_totals"), task("top_customers")],
+                 [task("top_customers"), asset("top_customers")]):
+        assert edge in chain, (edge, chain)
+    # the atomic diamond is one task: it reads the sources and writes its three tables
+    for name in ("big_orders", "region_revenue", "region_report"):
+        diamond = result["lineage"][asset(name)]
+        for edge in ([asset("orders"), task("atomic__region_report")], [task("atomic__region_report"), asset(name)]):
+            assert edge in diamond, (edge, diamond)

@@ -72,10 +72,11 @@ def for_database(sql: str, database: str) -> str:
     return re.sub(r"\btpch\.", f"{database}.", sql)
 
 
-def refresh_functions(tr, cycle: int, database: str = "tpch") -> list[str]:
-    """RF1, RF2 and an update batch: new orders (copies of existing ones under new keys, with
-    their line items), some orders deleted with their line items, and updates that move rows
-    between groups.  ``cycle`` keeps the new keys of successive cycles apart."""
+def refresh_functions(tr, cycle: int, database: str = "tpch", *, updates: bool = True) -> list[str]:
+    """RF1, RF2 and (with ``updates``) an update batch: new orders (copies of existing ones
+    under new keys, with their line items), some orders deleted with their line items, and
+    updates that move rows between groups.  ``cycle`` keeps the new keys of successive cycles
+    apart."""
     db = database
     offset = 10_000_000 * (cycle + 1)
     statements = [
@@ -90,6 +91,8 @@ def refresh_functions(tr, cycle: int, database: str = "tpch") -> list[str]:
         # RF2: ~0.1% of the orders deleted with their line items
         f"DELETE FROM {db}.lineitem WHERE pmod(l_orderkey, 991) = {cycle + 1}",
         f"DELETE FROM {db}.orders WHERE pmod(o_orderkey, 991) = {cycle + 1}",
+    ]
+    statements += [
         # updates: quantities and prices; flags, priorities and segments that move rows between groups
         f"UPDATE {db}.lineitem SET l_quantity = l_quantity + 1, l_extendedprice = l_extendedprice * 1.01, "
         f"l_returnflag = CASE l_returnflag WHEN 'N' THEN 'R' ELSE 'N' END WHERE pmod(l_orderkey, 983) = {cycle + 2}",
@@ -102,7 +105,7 @@ def refresh_functions(tr, cycle: int, database: str = "tpch") -> list[str]:
         f"UPDATE {db}.part SET p_size = 15, p_type = 'LARGE POLISHED BRASS' WHERE pmod(p_partkey, 83) = {cycle + 6}",
         f"UPDATE {db}.supplier SET s_acctbal = s_acctbal - 50, s_comment = 'Customer Complaints noted' "
         f"WHERE pmod(s_suppkey, 31) = {cycle + 7}",
-    ]
+    ] if updates else []
     for statement in statements:
         tr.sql(statement)
     return statements

@@ -70,7 +70,13 @@ def differential_merge(env, st, current: dict[str, int], *,
     try:
         top = top_k_of(st, versions.columns) if scratch is not None else None
         beyond, candidates = _top_k_boundary(env, st, top, versions, scratch) if top else (False, None)
-        prepare = (lambda node: materialize_recursions(env, node, versions, scratch)) if scratch is not None else None
+
+        def prepare(node) -> None:
+            materialize_recursions(env, node, versions, scratch)
+            if candidates is None:  # else the MERGE reads the top-K's candidates: nothing to recompute
+                collect_affected_groups(env, node, versions, root_applied_by_state=_applied_by_state(st))
+
+        prepare = prepare if scratch is not None else None
         return differential_merge_sql(st, versions, versions.columns, beyond_boundary=beyond,
                                       candidates=candidates, prepare=prepare), None
     except Unsupported as err:
@@ -90,6 +96,7 @@ def _top_k_boundary(env, st, top, versions, scratch: list[str]) -> tuple[bool, s
 
     if top.boundary_probe(st.name, versions) is None:  # nothing to decide (an OFFSET, LIMIT 0)
         return False, None
+    collect_affected_groups(env, top, versions)
     candidates = _checkpoint(env, top.candidates_sql(st.name, versions), "__trickle_candidates", scratch)
     if env.spark.sql(hoist_nested_ctes(top.boundary_probe(st.name, versions, candidates))).first()[0]:
         return False, candidates
@@ -115,6 +122,49 @@ def materialize_recursions(env, node, versions, scratch: list[str]) -> None:
             if name == "__trickle_e_delta" and recursive.other is None:
                 continue
             recursive.views[name] = _checkpoint(env, recursive.part_sql(versions, name), name, scratch)
+
+
+#: Up to this many groups touched by an aggregate's input delta are written into the SQL as
+#: literals (:func:`collect_affected_groups`); more are left to a subquery.
+KNOWN_GROUPS_LIMIT = 10_000
+
+
+def collect_affected_groups(env, node, versions, *, root_applied_by_state: bool = False) -> None:
+    """Count the groups each aggregate in ``node`` recomputes (those its input delta touches)
+    and, when there are at most :data:`KNOWN_GROUPS_LIMIT`, give them to it as literals
+    (``Block.known_groups``).
+
+    An aggregate's delta recomputes its touched groups before and after the change, and a
+    subquery naming them by hash is only applied once its inputs are joined: each side cost a
+    join of the whole inputs.  Written as ``group column IN (values)``, the groups become
+    filters Spark pushes down to the scans (and along the join's equalities), so each side
+    reads only the rows of those groups; and the input delta is evaluated once, here, instead
+    of in every place that names the groups.  ``root_applied_by_state``: the top aggregate is
+    advanced from its stored state (COUNT, SUM, AVG) and recomputes no group.
+    """
+    from airflow_trickle.dvm.block import Block
+    from airflow_trickle.sql.parse import DIALECT
+
+    for block in reversed(list(_nodes(node))):  # inner aggregates first: outer input deltas use theirs
+        if not (isinstance(block, Block) and block.is_aggregate and block.group and block.window_keys is None):
+            continue
+        if (block is node and root_applied_by_state) or not block.changed(versions):
+            continue
+        sql = block.affected_groups_with_values(versions, values=True).limit(KNOWN_GROUPS_LIMIT + 1)
+        rows = env.spark.sql(sql.sql(DIALECT)).collect()
+        if len(rows) <= KNOWN_GROUPS_LIMIT:
+            block.known_groups = [tuple(row) for row in rows]
+        log.debug("groups touched: %s%s", len(rows), "" if len(rows) <= KNOWN_GROUPS_LIMIT else " (too many to list)")
+
+
+def _applied_by_state(st) -> bool:
+    """Whether ``st``'s top aggregate is advanced from stored state alone (algebraic COUNT, SUM,
+    AVG: no group is recomputed; MIN and MAX may rescan groups)."""
+    from airflow_trickle.model import StateRole, Strategy, parse_state_column
+
+    if st.storage.strategy != Strategy.ALGEBRAIC:
+        return False
+    return not any((parse_state_column(name) or (None,))[0] == StateRole.M for name, _ in st.storage.state or [])
 
 
 def _checkpoint(env, sql: str, prefix: str, scratch: list[str]) -> str:

@@ -86,6 +86,10 @@ class Block(Node):
     #: Window functions in the SELECT list: the PARTITION BY expressions all of them share
     #: (empty: one partition); None: no window functions.
     window_keys: list[exp.Expression] | None = None
+    #: The groups the input delta touches, as ``(hash, value of each GROUP BY expression)``,
+    #: when a refresh counted them and found them few (``dvm.collect_affected_groups``): they
+    #: are then written into the SQL as literals.  None: not known (a subquery computes them).
+    known_groups: list[tuple] | None = field(default=None, compare=False)
 
     def step(self, i: int) -> JoinStep:
         return self.steps[i] if i < len(self.steps) else JoinStep()
@@ -180,8 +184,20 @@ class Block(Node):
 
     def affected_groups(self, v: Versions) -> exp.Query:
         """K: the hashes of the groups the input delta touches, as ``__trickle_row_id``."""
-        delta = self.input_delta(v, [_hash_expression(self).as_("__g")])
-        return exp.select(exp.column("__g").as_(ROW_ID)).distinct().from_(delta.subquery("__d"))
+        if self.known_groups is not None:
+            if not self.known_groups:
+                return parse_sql(f"SELECT CAST(NULL AS BIGINT) AS {ROW_ID} WHERE false")
+            rows = ", ".join(f"({int(row[0])})" for row in self.known_groups)
+            return parse_sql(f"SELECT {ROW_ID} FROM VALUES {rows} AS __k({ROW_ID})")
+        return self.affected_groups_with_values(v)
+
+    def affected_groups_with_values(self, v: Versions, *, values: bool = False) -> exp.Select:
+        """K as ``__trickle_row_id`` (and, with ``values``, each GROUP BY expression's value as
+        ``__trickle_g<k>``), computed from the input delta."""
+        groups = [g.copy().as_(f"__trickle_g{k}") for k, g in enumerate(self.group or [])] if values else []
+        delta = self.input_delta(v, [_hash_expression(self).as_("__g"), *groups])
+        names = [exp.column(f"__trickle_g{k}") for k in range(len(groups))]
+        return exp.select(exp.column("__g").as_(ROW_ID), *names).distinct().from_(delta.subquery("__d"))
 
     def affected_groups_sql(self, v: Versions) -> str:
         return self.affected_groups(v).sql(DIALECT)
@@ -197,7 +213,34 @@ class Block(Node):
             keys = keys if isinstance(keys, exp.Expression) else parse_sql(keys)
             wanted = exp.select(ROW_ID).from_(keys.subquery())
             select = select.where(exp.In(this=_hash_expression(self), query=wanted.subquery()), copy=False)
+        for condition in self._known_group_filters():
+            select = select.where(condition, copy=False)
         return select
+
+    def _known_group_filters(self) -> list[exp.Expression]:
+        """``column IN (values)`` per GROUP BY column, from :attr:`known_groups`.
+
+        The hash filter alone is applied after the inputs are joined; a column compared with
+        literals is a filter Spark pushes down to the scan of its table (and, through the join's
+        equalities, to the tables joined on it), so the groups are recomputed from the rows that
+        can belong to them instead of from the whole join.  Every group restricted here is one
+        of the known groups, so the filters drop no row the hash filter keeps.
+        """
+        if self.known_groups is None:
+            return []
+        filters = []
+        for k, group in enumerate(self.group or []):
+            if not isinstance(group, exp.Column):
+                continue
+            values = {row[k + 1] for row in self.known_groups}
+            literals = [_literal(value) for value in values if value is not None]
+            if any(literal is None for literal in literals):
+                continue  # a value without an exact literal (a float, a timestamp): no filter
+            condition = exp.In(this=group.copy(), expressions=literals) if literals else exp.false()
+            if None in values:
+                condition = exp.or_(condition, exp.Is(this=group.copy(), expression=exp.Null()))
+            filters.append(exp.paren(condition, copy=False))
+        return filters
 
     def delta(self, v: Versions) -> exp.Query:
         projected = [exp.column(c, quoted=True) for c in self.columns]
@@ -307,6 +350,26 @@ def _semi_join(select: exp.Select, key_exprs: list[exp.Expression], keys: exp.Qu
     on = exp.and_(*[exp.NullSafeEQ(this=e.copy(), expression=exp.column(KEY.format(n), table=KEYS))
                     for n, e in enumerate(key_exprs)])
     return select.join(keys.subquery(KEYS), on=on, join_type="LEFT SEMI", copy=True)
+
+
+def _literal(value) -> exp.Expression | None:
+    """A Spark SQL literal equal to ``value`` (a collected group value), None when there is no
+    exact one (floats; timestamps, which Python sees in its own time zone)."""
+    import datetime
+    import decimal
+
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int):
+        return exp.Literal.number(value)
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return exp.Literal.number(format(value, "f"))
+    if isinstance(value, str):
+        # Spark substitutes ${...} in SQL text (spark.sql.variable.substitute): left to a subquery
+        return exp.Literal.string(value) if "${" not in value else None
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
+    return None
 
 
 def _hash_expression(block: Block) -> exp.Expression:

@@ -1,7 +1,9 @@
 """Airflow's API server in this process, with a throw-away metadata DB; what the Stream tables
-page answers to an anonymous request, to a viewer, and the page itself, printed as JSON.
+page answers to an anonymous request, to a viewer, and the page itself, printed as JSON.  With
+a dags folder, its DAGs are serialized into the DB first, and Airflow's data lineage of every
+stream-table asset (what the asset page draws) is printed too.
 
-    python -m tests.helpers.api_server WAREHOUSE
+    python -m tests.helpers.api_server WAREHOUSE [DAGS_FOLDER]
 
 A separate process: Airflow reads its home and configuration once, at import.
 """
@@ -12,15 +14,20 @@ import sys
 import tempfile
 
 
-def main(warehouse: str) -> None:
+def main(warehouse: str, dags_folder: str | None = None) -> None:
     home = tempfile.mkdtemp(prefix="trickle-api-")
     os.environ.update(AIRFLOW_HOME=home, AIRFLOW__CORE__LOAD_EXAMPLES="False",
                       AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
                       AIRFLOW__API_AUTH__JWT_SECRET="a-test-secret-that-is-long-enough-for-hs512-" * 2,
                       AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="viewer:viewer",
-                      AIRFLOW__AIRFLOW_TRICKLE__WAREHOUSES=warehouse)
+                      AIRFLOW__AIRFLOW_TRICKLE__WAREHOUSES=warehouse, TRICKLE_WAREHOUSE=warehouse)
+    if dags_folder:
+        os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags_folder
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
+    if dags_folder:
+        subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     from airflow.api_fastapi.app import create_app, get_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from fastapi.testclient import TestClient
@@ -40,8 +47,18 @@ def main(warehouse: str) -> None:
                            headers=bearer).json(),
         "plugins": client.get("/api/v2/plugins", headers=bearer).json(),
     }
+    if dags_folder:  # per stream-table asset, the graph of Airflow's data lineage, as labelled edges
+        lineage = {}
+        for asset in client.get("/api/v2/assets", params={"limit": 100}, headers=bearer).json()["assets"]:
+            if "stream_table" not in (asset.get("extra") or {}):
+                continue
+            graph = client.get("/ui/dependencies", params={"node_id": f"asset:{asset['id']}",
+                                                           "dependency_type": "data"}, headers=bearer).json()
+            label = {node["id"]: node["label"] for node in graph["nodes"]}
+            lineage[asset["name"]] = sorted([label[e["source_id"]], label[e["target_id"]]] for e in graph["edges"])
+        out["lineage"] = lineage
     print("RESULT " + json.dumps(out))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

@@ -130,7 +130,9 @@ def shoot(port: int, out: Path, home: str) -> list[Path]:
         # source -> refresh task -> stream table -> ... (the tasks' inlets and outlets)
         driver.get(f"{base}/assets/{asset_id('trickle/shop/shop.top_customers')}")
         click("//*[normalize-space()='Task Dependencies']")
-        save("airflow_asset_lineage", settle=4)
+        time.sleep(3)
+        click("//button[contains(@class, 'react-flow__controls-fitview')]")  # the whole graph in view
+        save("airflow_asset_lineage", settle=2)
         driver.get(f"{base}/plugin/stream-tables")
         frame = wait.until(ec.presence_of_element_located((By.TAG_NAME, "iframe")))
         driver.switch_to.frame(frame)

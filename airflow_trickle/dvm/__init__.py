@@ -70,7 +70,6 @@ def differential_merge(env, st, current: dict[str, int], *,
     try:
         top = top_k_of(st, versions.columns) if scratch is not None else None
         beyond, candidates = _top_k_boundary(env, st, top, versions, scratch) if top else (False, None)
-
         prepare = (lambda node: materialize_recursions(env, node, versions, scratch)) if scratch is not None else None
         return differential_merge_sql(st, versions, versions.columns, beyond_boundary=beyond,
                                       candidates=candidates, prepare=prepare), None
@@ -135,9 +134,9 @@ def collect_affected_groups(env, node, versions) -> None:
     filters Spark pushes down to the scans (and along the join's equalities), so each side
     reads only the rows of those groups; and the input delta is evaluated once, here, instead
     of in every place that names the groups.  Used for the aggregates under a top-K, whose
-    candidates hold their delta: TPC-H q3 and q18 at SF 1, 28% and 35% faster.  Elsewhere the
-    extra Spark job that counts the groups cost about what it saved (q4, q10, q13, q17: 0 to
-    9% slower), so it is not used there.
+    candidates hold their delta: TPC-H q3 and q18 at SF 1, 28% and 35% faster (q10 the same).
+    Elsewhere the extra Spark job that counts the groups cost about what it saved (q4, q13,
+    q17: 1 to 9% slower), so it is not used there.
     """
     from airflow_trickle.dvm.block import Block
     from airflow_trickle.sql.parse import DIALECT

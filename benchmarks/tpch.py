@@ -2,7 +2,8 @@
 
     python benchmarks/tpch.py [--scale 0.1] [--queries q1,q3,...] [--changes rf|mixed] [--warehouse DIR]
 
-(``--warehouse`` of an earlier run: its tables are reused and its next cycle of changes timed.)
+(``--warehouse`` of an earlier run: its tables are reused for its next two cycles of changes,
+the first untimed.)
 
 Generates TPC-H at ``--scale`` (``tpchgen-cli``), loads it into Delta tables with change
 feeds on, and keeps each query three ways: a DIFFERENTIAL stream table, a FULL stream table,

@@ -148,9 +148,10 @@ def collect_affected_groups(env, node, versions) -> None:
             continue
         sql = block.affected_groups_with_values(versions, values=True).limit(KNOWN_GROUPS_LIMIT + 1)
         rows = env.spark.sql(sql.sql(DIALECT)).collect()
-        if len(rows) <= KNOWN_GROUPS_LIMIT:
+        few = len(rows) <= KNOWN_GROUPS_LIMIT
+        if few:
             block.known_groups = [tuple(row) for row in rows]
-        log.debug("groups touched: %s%s", len(rows), "" if len(rows) <= KNOWN_GROUPS_LIMIT else " (too many to list)")
+        log.debug("groups touched: %s%s", len(rows), "" if few else " (too many to list)")
 
 
 def _checkpoint(env, sql: str, prefix: str, scratch: list[str]) -> str:

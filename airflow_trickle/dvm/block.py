@@ -232,7 +232,7 @@ class Block(Node):
         for k, group in enumerate(self.group or []):
             if not isinstance(group, exp.Column):
                 continue
-            values = {row[k + 1] for row in self.known_groups}
+            values = list(dict.fromkeys(row[k + 1] for row in self.known_groups))  # in a stable order
             literals = [_literal(value) for value in values if value is not None]
             if any(literal is None for literal in literals):
                 continue  # a value without an exact literal (a float, a timestamp): no filter

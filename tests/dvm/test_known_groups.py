@@ -24,7 +24,7 @@ def test_known_groups_become_filters_on_the_group_columns_and_literal_keys():
     known = block.delta(VERSIONS).sql(DIALECT)
     assert "VALUES (11), (12)" in known
     assert "c.region IN ('EU') OR c.region IS NULL" in known
-    assert "o.cid IN (7, 8)" in known or "o.cid IN (8, 7)" in known
+    assert "o.cid IN (7, 8)" in known  # in the order the groups came
     # the hash filter stays: the column filters only narrow what is read
     assert known.count("XXHASH64(") >= 2
     # the delta's change feed is not read to name the groups any more: only by the sides themselves

@@ -217,7 +217,8 @@ def _verb(tr, args) -> int:
         _emit(args, tr.status(args.name))
     elif args.verb == "history":
         _emit(args, [_history_row(r, text=not args.json) for r in tr.history(args.name, args.limit)],
-              columns=["st_name", "action", "status", "rows_inserted", "rows_deleted", "touched est/actual",
+              columns=["st_name", "action", "status", "changed source rows", "rows_inserted", "rows_deleted",
+                       "touched est/actual",
                        "duration_ms", "phases", "start_time", "initiated_by", "reason", "error_message"])
     elif args.verb == "diamonds":
         _emit(args, tr.diamond_groups(),
@@ -267,14 +268,17 @@ def _verb(tr, args) -> int:
 
 
 def _history_row(record, *, text: bool) -> dict:
-    """A history record; for people, with the phases on one line and the cost model's estimate
-    of touched rows next to the rows the refresh did touch."""
+    """A history record; for people, with the phases on one line, the source rows the window
+    changed, and the cost model's estimate of touched rows next to the rows the refresh did touch."""
     from airflow_trickle.refresh.phases import format_phases
 
     row = asdict(record)
     if text:
         phases = dict(record.phases or {})
         actual = phases.pop("rows_touched", None)
+        changed = phases.pop("changed_rows", None)
+        if changed is not None:
+            row["changed source rows"] = changed
         if record.rows_estimated is not None or actual is not None:
             row["touched est/actual"] = f"{_cell(record.rows_estimated) or '?'}/{_cell(actual) or '?'}"
         row["phases"] = format_phases(phases)

@@ -31,6 +31,10 @@ class TrickleConfig:
     #: A DIFFERENTIAL refresh expected to touch more than this share of the stream table's rows
     #: (changed source rows × the fan-out observed on the last refresh) runs FULL.
     differential_max_touched_ratio: float = 0.5
+    #: A DIFFERENTIAL refresh runs FULL when the stream table's DIFFERENTIAL refreshes, for a
+    #: change at least half as large, took more than this many times its FULL ones (the fastest
+    #: of the last three of each, from the history; ``refresh/cost.py``).
+    differential_max_time_ratio: float = 1.0
     #: Failures in a row after which a stream table is suspended.
     max_consecutive_errors: int = 3
     #: How change sets are read: ``auto`` (CDF where it is readable, snapshot diff otherwise),

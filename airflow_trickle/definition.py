@@ -87,6 +87,7 @@ OPTIONS = {
     "freshness_seconds": ("a positive number of seconds", _positive_number),
     "differential_max_change_ratio": ("a positive number", _positive_number),
     "differential_max_touched_ratio": ("a positive number", _positive_number),
+    "differential_max_time_ratio": ("a positive number", _positive_number),
     "strict": ("true or false", _flag),
 }
 

@@ -29,7 +29,9 @@ def explain(env, st) -> dict:
         probe = {name: version - 1 if version > 0 else 0 for name, version in current.items()}
         probe_st = _with_frontier(st, probe)
         delta_sql, why_not = differential_merge(env, probe_st, current)
-        result.update(tree=tree, delta_sql=delta_sql or why_not)
+        cost = _time_rule(env, st)
+        lines.append(f"  cost, measured: {cost}")
+        result.update(tree=tree, delta_sql=delta_sql or why_not, cost=cost)
         lines += ["  delta SQL (for the newest version of each source):", f"    {delta_sql or why_not}"]
     else:
         full = full_refresh_sql(env, st, current)
@@ -37,6 +39,17 @@ def explain(env, st) -> dict:
         lines += ["  FULL refresh SQL:", f"    {full}"]
     result["text"] = "\n".join(lines)
     return result
+
+
+def _time_rule(env, st) -> str:
+    """What the cost model's time rule knows of the table's refreshes and would do next."""
+    from airflow_trickle.refresh.apply import is_strict
+    from airflow_trickle.refresh.cost import describe_times, observed_times
+
+    if is_strict(st):
+        return "strict: the delta runs whatever it costs"
+    ratio = float(st.options.get("differential_max_time_ratio", env.config.differential_max_time_ratio))
+    return describe_times(observed_times(env.catalog.history(st.name, limit=50)), max_time_ratio=ratio)
 
 
 _STRATEGY_TEXT = {

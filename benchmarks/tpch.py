@@ -17,8 +17,9 @@ planning (the SQL; a top-K's candidates are computed here) and the commit (Spark
 INSERT).  At the end, the cheapest Delta MERGE (one row into a one-row
 table): with our bookkeeping, the floor under any DIFFERENTIAL refresh at this scale.  The
 DIFFERENTIAL table runs with the default cost model, so where recomputing is cheaper (a change
-touching most groups) it runs FULL and the row says why.  Prints one row per query and the
-median ratios.  Run it on an otherwise idle machine.
+touching most groups, or a delta its recent refreshes measured slower than its FULL ones) it
+runs FULL and the row says why; ``--max-time-ratio 1e9`` times the delta itself every time.
+Prints one row per query and the median ratios.  Run it on an otherwise idle machine.
 """
 from __future__ import annotations
 
@@ -70,9 +71,14 @@ def main() -> int:
                              "mixed: also the update batch that moves rows between groups")
     parser.add_argument("--warehouse", default=None)
     parser.add_argument("--driver-memory", default="6g")
+    parser.add_argument("--max-time-ratio", type=float, default=None,
+                        help="the cost model's differential_max_time_ratio (default 1: a DIFFERENTIAL table "
+                             "whose deltas took longer than its FULL refreshes recomputes; 1e9 measures the "
+                             "delta every time)")
     args = parser.parse_args()
     warehouse = args.warehouse or tempfile.mkdtemp(prefix="trickle-tpch-")
-    tr = Trickle(warehouse=warehouse, spark_master="local[2]",
+    settings = {} if args.max_time_ratio is None else {"differential_max_time_ratio": args.max_time_ratio}
+    tr = Trickle(warehouse=warehouse, spark_master="local[2]", **settings,
                  spark_conf={"spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false"})
     queries = tpch.queries()
     chosen = args.queries.split(",") if args.queries else list(queries)

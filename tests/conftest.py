@@ -26,13 +26,14 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 
 SPARK_MODES = ("classic", "connect")
-# Test tables are tiny, so any change is a large share of them: the cost model's change-ratio
-# and touched-rows rules would turn every refresh FULL.  Tests of those rules set them per table.
+# Test tables are tiny, so any change is a large share of them, and a delta costs as much as the
+# query: the cost model's change-ratio, touched-rows and time rules would turn every refresh FULL.  Tests of those rules set them per table.
 #: Spark tuned for tables of a few rows, where Spark's fixed costs are the whole cost: adaptive
 #: execution re-plans every stage (an extra job each) to save on shuffles that carry nothing, and
 #: the parallel collector costs less CPU than G1 on 2 cores (measured: a refresh 4.3 s -> 3.0 s).
 TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}
 TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,
+                 "differential_max_time_ratio": 1e9,
                  "spark_conf": TINY_TABLES_SPARK}
 
 

@@ -262,6 +262,7 @@ def _child(argv: list[str]) -> int:
     # "-": a classic Spark of the child's own (started here, before READY, so the kill lands
     # in the operation and not in the JVM's start)
     tr = Trickle(warehouse, remote=None if remote == "-" else remote, shuffle_partitions=2,
+                 differential_max_time_ratio=1e9,  # keep refreshing DIFFERENTIAL: the kills are for it
                  spark_conf={"spark.ui.enabled": "false"})
     tr.sync()
     scenario = Scenario(warehouse=warehouse, remote=remote, db=db, queries={n: "" for n in names})

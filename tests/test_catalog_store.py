@@ -115,3 +115,55 @@ def test_the_other_definitions_predicate_treats_rows_without_an_id_as_sql_does()
         "st_name = 'db.st' AND (definition_id IS NULL OR NOT definition_id IN ('a'))")
     assert store_module._other_definitions("d'b", [None, "a"], alias="t.") == (
         "t.st_name = 'd''b' AND NOT (t.definition_id IS NULL OR t.definition_id IN ('a'))")
+
+
+def test_reads_open_each_data_file_once_and_still_see_every_writer(tmp_path, monkeypatch):
+    """A catalog table updated row by row holds one small file per stream table: reads keep the
+    rows of each (immutable) file and the table's handle, yet see other writers' commits, a
+    compaction, and a catalog table moved aside and made again."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    reads = []
+    real_read = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda path, *a, **k: reads.append(path) or real_read(path, *a, **k))
+    root = str(tmp_path / "_trickle")
+    reader, writer = CatalogStore(root), CatalogStore(root)
+    for i in range(5):
+        writer.insert(_row(f"db.t{i}", f"SELECT {i} AS x"), _edges(f"db.t{i}", "db.a"))
+
+    reads.clear()
+    assert [st.name for st in reader.list()] == [f"db.t{i}" for i in range(5)]
+    assert len(reads) == 5  # one file per registered row
+    reads.clear()
+    assert reader.get("db.t3").defining_query == "SELECT 3 AS x"
+    assert reads == []  # nothing changed: no file read again
+
+    def set_query(st):
+        st.defining_query = "SELECT 33 AS x"
+
+    writer.update("db.t3", set_query)  # rewrites the one file holding the row
+    reads.clear()
+    assert reader.get("db.t3").defining_query == "SELECT 33 AS x"
+    assert len(reads) == 1
+    assert reader.get("db.t1").defining_query == "SELECT 1 AS x"
+
+    writer.compact_all(retention_hours=0)
+    reads.clear()
+    assert [st.defining_query for st in reader.list()] == ["SELECT 0 AS x", "SELECT 1 AS x", "SELECT 2 AS x",
+                                                           "SELECT 33 AS x", "SELECT 4 AS x"]
+    assert len(reads) == 1  # the compacted file
+    writer.delete("db.t0")
+    assert reader.get("db.t0") is None and len(reader.list()) == 4
+
+    # Moved aside (as `trickle repair` does with an unreadable table) and made again, empty.
+    shutil.move(writer.path("stream_tables"), writer.path("stream_tables") + ".aside")
+    fresh = CatalogStore(root)
+    fresh.insert(_row("db.new", "SELECT 7 AS x"), [])
+    assert [st.name for st in reader.list()] == ["db.new"]
+    # Deleted and made again (its directory may get the freed inode back): seen as new too.
+    shutil.rmtree(writer.path("stream_tables"))
+    fresh = CatalogStore(root)
+    fresh.insert(_row("db.newer", "SELECT 8 AS x"), [])
+    assert [st.name for st in reader.list()] == ["db.newer"]

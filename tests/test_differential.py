@@ -100,6 +100,28 @@ def test_the_cost_model_sees_fan_out_and_a_strict_table_refuses(tr, db):
     assert row.phases["commit"] > 0 and row.phases["rows_touched"] == second.rows_touched
 
 
+def test_a_delta_measured_slower_than_recomputing_runs_full_with_the_times(tr, db):
+    make_sources(tr, db, rows=50)
+    name = f"{db}.timed"
+    query = f"SELECT cid, COUNT(*) AS n, SUM(amount) AS s FROM {db}.o GROUP BY cid"
+    # a delta may take 1% of the last FULL (the initial population): any delta is slower
+    tr.create_stream_table(name, query, options={"differential_max_time_ratio": 0.01})
+    tr.sql(f"UPDATE {db}.o SET amount = amount + 1 WHERE id = 5")
+    first = tr.refresh_stream_table(name)  # no delta measured yet
+    assert first.action == "DIFFERENTIAL" and first.changed_rows == 2  # an update: a delete and an insert
+    tr.sql(f"UPDATE {db}.o SET amount = amount + 1 WHERE id = 6")
+    second = tr.refresh_stream_table(name)
+    assert second.action == "FULL", second
+    assert second.reason.startswith("its DIFFERENTIAL refreshes took "), second.reason
+    assert " (2 changed source rows), its FULL ones " in second.reason
+    assert second.reason.endswith("recomputed (differential_max_time_ratio 0.01)")
+    assert_matches(tr, name, query)
+    rows = tr.history(name, limit=2)
+    assert [r.action for r in rows] == ["FULL", "DIFFERENTIAL"] and rows[1].phases["changed_rows"] == 2
+    cost = tr.explain(name)["cost"]  # what the rule knows and will do next
+    assert cost.startswith("DIFFERENTIAL ") and cost.endswith(": a change of 1 row or more runs FULL"), cost
+
+
 def test_insert_only_changes_are_appended_without_a_merge(tr, db):
     make_sources(tr, db)
     name = f"{db}.appended"

@@ -11,7 +11,8 @@ from airflow_trickle.dvm.apply import differential_merge_sql
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.model import StorageLayout
-from airflow_trickle.refresh.cost import ChangeEstimate, full_is_cheaper, observed_fanout
+from airflow_trickle.refresh.cost import (REMEASURE_AFTER, ChangeEstimate, ObservedTimes, full_is_cheaper,
+                                          observed_fanout, observed_times, slower_than_full)
 from airflow_trickle.refresh.phases import PhaseClock, format_phases
 
 LIMITS = {"max_change_ratio": 0.15, "max_touched_ratio": 0.5}
@@ -48,6 +49,49 @@ def test_empty_stream_table_never_blocks_differential():
 ])
 def test_observed_fanout_from_the_newest_refresh_commit(record, fanout):
     assert observed_fanout(record) == fanout
+
+
+def _record(action, commit_ms=None, *, changed=None, status="COMPLETED", plan_ms=0):
+    phases = {} if commit_ms is None else {"plan": plan_ms, "commit": commit_ms}
+    if changed is not None:
+        phases["changed_rows"] = changed
+    return SimpleNamespace(action=action, status=status, phases=phases)
+
+
+def test_observed_times_take_the_fastest_of_the_newest_deltas_and_recomputes():
+    history = [_record("NO_DATA"), _record("SKIP"),
+               _record("DIFFERENTIAL", 900, changed=10, status="FAILED"),  # failed: measures nothing
+               _record("FULL", 3_500), _record("FULL", 3_000),
+               _record("DIFFERENTIAL", 6_000, changed=1_500, plan_ms=400),
+               _record("DIFFERENTIAL", 5_000, changed=2_000, plan_ms=400),
+               _record("FULL", 4_000),
+               _record("DIFFERENTIAL", 7_000, changed=2_500),
+               _record("DIFFERENTIAL", 1_000, changed=1), _record("FULL", 2_000)]  # older than 3 of each
+    assert observed_times(history) == ObservedTimes(differential_ms=5_400, differential_changed=2_000,
+                                                    full_ms=3_000, fulls_since=2)
+    assert observed_times([_record("DIFFERENTIAL", 800, changed=5)]) == ObservedTimes(800, 5, None, 0)
+    assert observed_times([]) == ObservedTimes()
+    # every FULL since the newest delta counts, not only the sampled ones
+    assert observed_times([_record("FULL", 3_000)] * 9 + [_record("DIFFERENTIAL", 5_000, changed=3)]).fulls_since == 9
+
+
+def test_a_delta_measured_slower_than_recomputing_runs_full_until_it_is_measured_again():
+    slow = ObservedTimes(differential_ms=5_400, differential_changed=2_000, full_ms=3_000)
+    reason = slower_than_full(2_000, slow, max_time_ratio=1.0)
+    assert reason == ("its DIFFERENTIAL refreshes took 5.4 s (2,000 changed source rows), its FULL ones 3.0 s "
+                      "(the fastest of the last 3 of each); recomputed (differential_max_time_ratio 1)")
+    assert slower_than_full(1_000, slow, max_time_ratio=1.0) is not None  # half the change: still FULL
+    assert slower_than_full(999, slow, max_time_ratio=1.0) is None  # a smaller change: the delta may win
+    assert slower_than_full(2_000, slow, max_time_ratio=2.0) is None  # allowed up to twice the FULL
+    # never measured both ways: nothing to go by
+    assert slower_than_full(2_000, ObservedTimes(differential_ms=5_400, differential_changed=2_000), max_time_ratio=1) is None
+    assert slower_than_full(2_000, ObservedTimes(full_ms=10), max_time_ratio=1.0) is None
+    # FULL after FULL: after REMEASURE_AFTER of them the delta runs once more to be measured again
+    stale = ObservedTimes(5_400, 2_000, 3_000, fulls_since=REMEASURE_AFTER)
+    assert slower_than_full(2_000, stale, max_time_ratio=1.0) is None
+    history = [_record("FULL", 3_000)] * (REMEASURE_AFTER - 1) + [_record("DIFFERENTIAL", 5_400, changed=2_000)]
+    assert slower_than_full(2_000, observed_times(history), max_time_ratio=1.0) is not None
+    assert slower_than_full(2_000, observed_times([_record("FULL", 3_000)] + history), max_time_ratio=1.0) is None
 
 
 def test_insert_only_commits_reads_the_delta_log(tmp_path):

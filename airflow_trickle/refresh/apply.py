@@ -23,7 +23,7 @@ from airflow_trickle.deltalog import has_no_data_files, latest_version, recorded
 from airflow_trickle.errors import RefreshError
 from airflow_trickle.model import Action, RefreshMode
 from airflow_trickle.names import quote_name
-from airflow_trickle.refresh.cost import full_is_cheaper, touched_rows_matter
+from airflow_trickle.refresh.cost import full_is_cheaper, observed_times, slower_than_full, touched_rows_matter
 from airflow_trickle.refresh.decide import change_estimate
 from airflow_trickle.refresh.failures import is_change_feed_unavailable, is_evaluation_error, short, with_retries
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
@@ -50,6 +50,8 @@ class Applied:
     table_version: int
     rows_estimated: int | None
     rows_touched: int | None
+    #: Source rows the window changed (the sources' commit metrics), when the logs said.
+    changed_rows: int | None = None
 
 
 def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str,
@@ -86,6 +88,10 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
             action, reason = Action.REINITIALIZE, changed
     with clock.phase("versions"):
         estimate = change_estimate(env.catalog, st, current, newest)
+        # what the table's own refreshes took; not for a strict table, which asked for the delta
+        # whatever it costs (a measured time, unlike an estimate, is no reason to refuse it)
+        observed = (observed_times(env.catalog.history(st.name, limit=50))
+                    if action == Action.DIFFERENTIAL and estimate is not None and not is_strict(st) else None)
     if action == Action.DIFFERENTIAL:
         too_costly = estimate and full_is_cheaper(
             estimate, max_change_ratio=float(st.options.get("differential_max_change_ratio",
@@ -93,7 +99,11 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
             max_touched_ratio=(float(st.options.get("differential_max_touched_ratio",
                                                     env.config.differential_max_touched_ratio))
                                if touched_rows_matter(st.storage.strategy) else float("inf")))
-        if too_costly and _is_strict(st):
+        if not too_costly and observed is not None:
+            too_costly = slower_than_full(estimate.changed_rows, observed,
+                                          max_time_ratio=float(st.options.get("differential_max_time_ratio",
+                                                                              env.config.differential_max_time_ratio)))
+        if too_costly and is_strict(st):
             raise RefreshError(f"DIFFERENTIAL refused by the cost model: {too_costly}", stream_table=st.name,
                                hint="the stream table is strict (options: strict); refresh it FULL, or drop the "
                                     "option to let the cost model fall back to FULL")
@@ -104,7 +114,7 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
                                    (None, too_costly) if too_costly
                                    else differential_merge(env, st, current, scratch=scratch))
         if merge_sql is None:
-            if _is_strict(st):
+            if is_strict(st):
                 raise RefreshError(f"DIFFERENTIAL impossible: {fallback}", stream_table=st.name,
                                    hint="the stream table is strict (options: strict); refresh it FULL")
             action, reason = Action.FULL, fallback
@@ -187,7 +197,7 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
                    frontier=current, table_version=table_version,
                    rows_estimated=(estimate.touched_rows if estimate and st.effective_mode == RefreshMode.DIFFERENTIAL
                                    else None),
-                   rows_touched=touched)
+                   rows_touched=touched, changed_rows=estimate.changed_rows if estimate is not None else None)
 
 
 def mark_fresh(row: StreamTable, data_timestamp) -> None:
@@ -287,7 +297,8 @@ def _written_metrics(st: StreamTable, version_before: int, refresh_id: str, *, d
     return {"num_inserted_rows": inserted, "num_updated_rows": 0, "num_deleted_rows": deleted}
 
 
-def _is_strict(st: StreamTable) -> bool:
+def is_strict(st: StreamTable) -> bool:
+    """Whether the table never falls back to FULL (``options: strict``)."""
     return str(st.options.get("strict", "")).lower() in ("1", "true", "yes", "on")
 
 

@@ -84,3 +84,119 @@ def full_is_cheaper(estimate: ChangeEstimate, *, max_change_ratio: float, max_to
                 f"(fan-out {estimate.fanout:.3g} per changed source row, as observed on the last refresh); "
                 "recomputing is cheaper")
     return None
+
+
+#: FULL refreshes the time rule may choose in a row before one DIFFERENTIAL measures the delta
+#: again (the sources, the table and the changes move on; a measurement goes stale).
+REMEASURE_AFTER = 8
+#: Measurements of each kind the time rule takes the fastest of: one refresh's time moves by a
+#: second or more with what else the machine does (a garbage collection, a concurrent task), and
+#: noise only ever adds time.
+SAMPLES = 3
+
+
+@dataclass(frozen=True)
+class ObservedTimes:
+    """What this stream table's own recent refreshes cost, from its history: the fastest of its
+    newest DIFFERENTIAL refreshes (its Spark time and the source rows it consumed) and the
+    fastest of its newest FULL refreshes."""
+
+    differential_ms: int | None = None
+    differential_changed: int | None = None
+    full_ms: int | None = None
+    #: FULL refreshes since the newest DIFFERENTIAL (or in all the history read, if none).
+    fulls_since: int = 0
+
+
+def spark_ms(phases: dict | None) -> int | None:
+    """Milliseconds a refresh spent planning and committing with Spark (its ``plan`` and
+    ``commit`` phases), or None when it did not commit."""
+    if not phases or "commit" not in phases:
+        return None
+    return int(phases.get("plan") or 0) + int(phases["commit"])
+
+
+def observed_times(records) -> ObservedTimes:
+    """:class:`ObservedTimes` from history records, newest first (``RefreshRecord``-like: ``action``,
+    ``status``, ``phases``; a DIFFERENTIAL's ``phases`` carries ``changed_rows``): the fastest of
+    the newest :data:`SAMPLES` of each kind.
+
+    >>> from types import SimpleNamespace as R
+    >>> observed_times([R(action="FULL", status="COMPLETED", phases={"plan": 0, "commit": 3700}),
+    ...                 R(action="NO_DATA", status="COMPLETED", phases={}),
+    ...                 R(action="DIFFERENTIAL", status="COMPLETED", phases={"plan": 400, "commit": 5100, "changed_rows": 2000}),
+    ...                 R(action="FULL", status="COMPLETED", phases={"commit": 4300})])
+    ObservedTimes(differential_ms=5500, differential_changed=2000, full_ms=3700, fulls_since=1)
+    """
+    differentials: list[tuple[int, int]] = []
+    fulls: list[int] = []
+    fulls_since = 0
+    for record in records:
+        if str(record.status) != "COMPLETED":
+            continue
+        action, took = str(record.action), spark_ms(record.phases)
+        if took is None:
+            continue
+        if action in ("FULL", "REINITIALIZE"):
+            fulls_since += not differentials
+            if len(fulls) < SAMPLES:
+                fulls.append(took)
+        elif action == "DIFFERENTIAL" and len(differentials) < SAMPLES and record.phases.get("changed_rows") is not None:
+            differentials.append((took, int(record.phases["changed_rows"])))
+        if len(differentials) == SAMPLES and len(fulls) == SAMPLES:
+            break
+    fastest = min(differentials, default=(None, None))
+    return ObservedTimes(fastest[0], fastest[1], min(fulls, default=None), fulls_since)
+
+
+def slower_than_full(changed_rows: int, observed: ObservedTimes, *, max_time_ratio: float) -> str | None:
+    """Why this refresh recomputes because the delta was measured slower than recomputing, or
+    None: when the (fastest recent) DIFFERENTIAL of this stream table, for a change at least half
+    as large as this one, took more than ``max_time_ratio`` times its (fastest recent) FULL.
+
+    The rows a delta touches (:func:`full_is_cheaper`) do not show what its joins cost: each
+    term joins one input's change with the whole of the others, so on tables of a few million
+    rows a delta can cost more than the query (TPC-H at SF 1: 19 of 19 queries).  The history
+    shows it.  After :data:`REMEASURE_AFTER` FULL refreshes in a row a DIFFERENTIAL runs
+    again, so a measurement made on other data does not decide forever.
+
+    >>> seen = ObservedTimes(differential_ms=5500, differential_changed=2000, full_ms=3700)
+    >>> print(slower_than_full(1900, seen, max_time_ratio=1.0))
+    its DIFFERENTIAL refreshes took 5.5 s (2,000 changed source rows), its FULL ones 3.7 s (the fastest of the last 3 of each); recomputed (differential_max_time_ratio 1)
+    >>> slower_than_full(500, seen, max_time_ratio=1.0) is None  # a much smaller change: try the delta
+    True
+    """
+    if observed.differential_ms is None or observed.full_ms is None or observed.fulls_since >= REMEASURE_AFTER:
+        return None
+    if 2 * changed_rows < (observed.differential_changed or 0):
+        return None
+    if observed.differential_ms <= max_time_ratio * max(observed.full_ms, 1):
+        return None
+    return (f"its DIFFERENTIAL refreshes took {observed.differential_ms / 1000:.1f} s "
+            f"({observed.differential_changed:,} changed source rows), its FULL ones "
+            f"{observed.full_ms / 1000:.1f} s (the fastest of the last {SAMPLES} of each); recomputed "
+            f"(differential_max_time_ratio {max_time_ratio:g})")
+
+
+def describe_times(observed: ObservedTimes, *, max_time_ratio: float) -> str:
+    """What the time rule knows and would do, in one line (``explain``).
+
+    >>> print(describe_times(ObservedTimes(5500, 2000, 3700), max_time_ratio=1.0))
+    DIFFERENTIAL 5.5 s (2,000 changed source rows), FULL 3.7 s (the fastest of the last 3 of each): a change of 1,000 rows or more runs FULL
+    >>> print(describe_times(ObservedTimes(800, 20, 3700), max_time_ratio=1.0))
+    DIFFERENTIAL 0.8 s (20 changed source rows), FULL 3.7 s (the fastest of the last 3 of each): the delta runs
+    >>> print(describe_times(ObservedTimes(full_ms=3700), max_time_ratio=1.0))
+    no DIFFERENTIAL refresh measured yet (FULL 3.7 s): the delta runs
+    """
+    if observed.differential_ms is None or observed.full_ms is None:
+        seen = f" (FULL {observed.full_ms / 1000:.1f} s)" if observed.full_ms is not None else ""
+        missing = "DIFFERENTIAL" if observed.differential_ms is None else "FULL"
+        return f"no {missing} refresh measured yet{seen}: the delta runs"
+    text = (f"DIFFERENTIAL {observed.differential_ms / 1000:.1f} s ({observed.differential_changed:,} changed "
+            f"source rows), FULL {observed.full_ms / 1000:.1f} s (the fastest of the last {SAMPLES} of each): ")
+    smallest = -(-(observed.differential_changed or 0) // 2)  # the smallest change the rule sends FULL
+    if slower_than_full(observed.differential_changed or 0, observed, max_time_ratio=max_time_ratio) is None:
+        if observed.fulls_since >= REMEASURE_AFTER and observed.differential_ms > max_time_ratio * observed.full_ms:
+            return text + f"after {observed.fulls_since} FULL refreshes the next runs DIFFERENTIAL to measure it again"
+        return text + "the delta runs"
+    return text + f"a change of {smallest:,} row{'s' if smallest != 1 else ''} or more runs FULL"

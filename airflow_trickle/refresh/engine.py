@@ -56,6 +56,8 @@ class RefreshResult:
     #: Stored rows the cost model expected the delta to touch, and those it did touch.
     rows_estimated: int | None = None
     rows_touched: int | None = None
+    #: Source rows the window changed, from the sources' commit metrics (None when unknown).
+    changed_rows: int | None = None
 
 
 class _Recorder:
@@ -79,6 +81,8 @@ class _Recorder:
         phases = dict(result.phases)
         if result.rows_touched is not None:
             phases["rows_touched"] = result.rows_touched
+        if result.changed_rows is not None:  # with the time it took, the cost model's measurement
+            phases["changed_rows"] = result.changed_rows
         self.catalog.append_history(RefreshRecord(
             refresh_id=self.refresh_id, st_name=self.name, seq=result.seq, action=action, status=status,
             rows_inserted=result.rows_inserted, rows_deleted=result.rows_deleted, start_time=self.start_time,

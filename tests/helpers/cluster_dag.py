@@ -29,7 +29,7 @@ def main(warehouse: str, mode: str, master: str) -> int:
         project: cl
         warehouse: {warehouse}
         sources: [cl.src]
-        settings: {{differential_max_change_ratio: 1.0, differential_max_touched_ratio: 1000.0, shuffle_partitions: 2}}
+        settings: {{differential_max_change_ratio: 1.0, differential_max_touched_ratio: 1000.0, differential_max_time_ratio: 1000.0, shuffle_partitions: 2}}
         spark: {{connection: trickle_spark}}
         airflow: {{dag_id: trickle_cl}}
         stream_tables:

@@ -53,7 +53,7 @@ _DEFAULT_KEYS = {"schedule", "refresh_mode", "diamond_consistency", "diamond_sch
 _SPARK_KEYS = {"connection", "conn_id", "submit", "conf", "deploy_mode", "driver_memory", "executor_memory", "num_executors"}
 _AIRFLOW_KEYS = {"dag_id", "schedule", "pool", "tags", "freshness_notifier", "deadline", "deadline_callback",
                  "max_active_runs", "retries", "retry_delay", "start_date", "maintenance",
-                 "maintenance_retention_hours"}
+                 "maintenance_retention_hours", "notes_connection"}
 
 
 @dataclass(frozen=True)
@@ -178,6 +178,10 @@ class AirflowSettings:
     maintenance: str | None = None
     #: Its VACUUM retention in hours (default: each table's own); stretched for lagging readers.
     maintenance_retention_hours: float | None = None
+    #: An Airflow connection to Airflow's own REST API (host, port, login, password): with one,
+    #: each refresh task notes its outcome on its task instance and ``plan`` its selection on the
+    #: run (:mod:`airflow_trickle.notes`); without one, no notes.
+    notes_connection: str | None = None
 
     @property
     def maintenance_dag_id(self) -> str:

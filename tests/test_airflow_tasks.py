@@ -31,9 +31,12 @@ def stream_table(tr, db, monkeypatch):
     return name, project
 
 
-def test_refresh_task_ends_without_spark_records_the_miss_and_notifies(tr, stream_table):
+def test_refresh_task_ends_without_spark_records_the_miss_and_notifies(tr, stream_table, monkeypatch):
+    from airflow_trickle import notes
     from airflow_trickle.operators.refresh import StreamTableRefreshOperator
 
+    noted = []  # (connection, note) of every task note the task writes
+    monkeypatch.setattr(notes, "write_task_note", lambda conn_id, context, text: noted.append((conn_id, text)))
     name, project = stream_table
     hour_ago = utcnow() - timedelta(hours=1)
     tr.catalog.update(name, lambda row: (setattr(row, "data_timestamp", hour_ago),
@@ -50,11 +53,14 @@ def test_refresh_task_ends_without_spark_records_the_miss_and_notifies(tr, strea
     assert [h.action for h in history[:2]] == ["NO_DATA", "FRESHNESS_MISS"]
     assert history[1].status == "ALERT" and "missed its freshness target" in history[1].reason
     assert history[0].initiated_by == "AIRFLOW trickle_p/run_1/db.st#1"
+    # the skip's reason is the task instance's note (the project names no notes connection: None)
+    assert len(noted) == 1 and noted[0][0] is None and noted[0][1].startswith("skipped: nothing to refresh (NO_DATA)")
     assert tr.get(name).data_timestamp > hour_ago  # NO_DATA marks the table fresh
     # just refreshed: the next scheduled run finds it not due, and records nothing
     recorded = len(tr.history(name, limit=50))
     with pytest.raises(AirflowSkipException, match="not due"):
         task.execute(context())
+    assert noted[-1][1].startswith("skipped: not due")
     assert len(tr.history(name, limit=50)) == recorded
     assert len(notified) == 1
 

@@ -167,3 +167,26 @@ def test_reads_open_each_data_file_once_and_still_see_every_writer(tmp_path, mon
     fresh = CatalogStore(root)
     fresh.insert(_row("db.newer", "SELECT 8 AS x"), [])
     assert [st.name for st in reader.list()] == ["db.newer"]
+
+
+def test_history_is_the_newest_rows_of_the_table_newest_first(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_trickle.catalog.model import RefreshRecord
+
+    catalog = CatalogStore(str(tmp_path / "_trickle"))
+    start = datetime(2026, 11, 27, 12, tzinfo=timezone.utc)
+    for i in range(6):
+        for name in ("db.a", "db.b"):
+            catalog.append_history(RefreshRecord(refresh_id=f"{name}-{i}", st_name=name, seq=i, action="FULL",
+                                                 status="COMPLETED", start_time=start + timedelta(minutes=i),
+                                                 end_time=start + timedelta(minutes=i, seconds=5)))
+    # one with the same start and a later end, and one not started (counts as the newest)
+    catalog.append_history(RefreshRecord(refresh_id="db.a-3b", st_name="db.a", seq=3, action="NO_DATA",
+                                         status="COMPLETED", start_time=start + timedelta(minutes=3),
+                                         end_time=start + timedelta(minutes=3, seconds=9)))
+    catalog.append_history(RefreshRecord(refresh_id="db.a-x", st_name="db.a", seq=9, action="NONE", status="FAILED"))
+    assert [r.refresh_id for r in catalog.history("db.a", limit=5)] == ["db.a-x", "db.a-5", "db.a-4", "db.a-3b", "db.a-3"]
+    every = [r.refresh_id for r in catalog.history(None, limit=3)]
+    assert every[0] == "db.a-x" and set(every[1:]) == {"db.a-5", "db.b-5"}  # the two -5 rows tie
+    assert len(catalog.history("db.b", limit=100)) == 6 and catalog.history("db.c") == []

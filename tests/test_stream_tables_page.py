@@ -68,7 +68,8 @@ def test_overview_gives_age_against_target_and_recent_refreshes(warehouse):
 def test_the_page_needs_airflow_login_and_shows_every_stream_table(warehouse):
     """Airflow's API server (in a child process) mounts the plugin; anonymous requests are refused.
     The example's DAG, serialized beside it, draws the lineage of its tables in Airflow's own
-    asset graph: source -> refresh task -> stream table -> refresh task -> stream table."""
+    asset graph: source -> refresh task -> stream table -> refresh task -> stream table; and a run
+    of it takes the notes a refresh task and the plan task write through the REST API."""
     done = subprocess.run([sys.executable, "-m", "tests.helpers.api_server", warehouse,
                            str(ROOT / "dags_example")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -96,3 +97,9 @@ def test_the_page_needs_airflow_login_and_shows_every_stream_table(warehouse):
         diamond = result["lineage"][asset(name)]
         for edge in ([asset("orders"), task("atomic__region_report")], [task("atomic__region_report"), asset(name)]):
             assert edge in diamond, (edge, diamond)
+    # notes, written through Airflow's REST API as a refresh task and the plan task do, read back
+    notes = result["notes"]
+    assert notes["trigger"] and notes["wrote"] == [True, True], notes
+    assert notes["task_note"] == "DIFFERENTIAL +12 -3 rows in 1.4 s"
+    assert notes["run_note"] == "manual run: shop.order_lines (mode AUTO)"
+    assert notes["refused"] is False  # a wrong password: logged, never raised

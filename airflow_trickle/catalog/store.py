@@ -342,13 +342,19 @@ class CatalogStore:
         self._append("refresh_history", [record.to_row()], f"record refresh of {record.st_name}")
 
     def history(self, name: str | None = None, limit: int = 20) -> list[RefreshRecord]:
+        """The newest ``limit`` history rows (of ``name``), newest first; a row not yet started
+        or ended counts as newest.  Sorted and cut in Arrow: the history only grows, and only
+        the rows returned become Python objects."""
         filters = [("st_name", "=", name)] if name is not None else None
-        rows = [RefreshRecord.from_row(r) for r in self._rows("refresh_history", filters)]
-        rows.sort(key=lambda r: (r.start_time or utcnow(), r.end_time or utcnow()), reverse=True)
-        return rows[:limit]
+        newest = [("start_time", "descending"), ("end_time", "descending")]
+        with self._read_lock:
+            rows = _select(self._read_handle("refresh_history"), "refresh_history", filters, self._file_rows,
+                           order_by=newest, limit=limit)
+        return [RefreshRecord.from_row(r) for r in rows]
 
 
-def _select(delta_table, name: str, filters: list | None, file_rows: "_FileRows | None" = None) -> list[dict]:
+def _select(delta_table, name: str, filters: list | None, file_rows: "_FileRows | None" = None, *,
+            order_by: list[tuple[str, str]] | None = None, limit: int | None = None) -> list[dict]:
     """Rows of a (small) catalog table whose columns equal the given values.
 
     Local tables are read file by file with pyarrow's own Parquet reader: reading through
@@ -357,7 +363,7 @@ def _select(delta_table, name: str, filters: list | None, file_rows: "_FileRows 
     string columns as ``string_view`` in some files, which pyarrow's dataset filters cannot
     compare with a string.  The catalog's writers never write deletion vectors, so the active
     files are the rows.  Files are cast to the catalog schema (and kept in ``file_rows``, when
-    given, for the next read); filters run in Arrow.
+    given, for the next read); filters, ``order_by`` and ``limit`` run in Arrow.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -377,7 +383,13 @@ def _select(delta_table, name: str, filters: list | None, file_rows: "_FileRows 
             raise ValueError(f"unsupported catalog filter {op!r}")
         condition = pc.equal(data[column], value)
         mask = condition if mask is None else pc.and_(mask, condition)
-    return (data if mask is None else data.filter(mask)).to_pylist()
+    data = data if mask is None else data.filter(mask)
+    if order_by:  # nulls first: with "descending", a missing time counts as the newest
+        try:
+            data = data.sort_by([(column, order, "at_start") for column, order in order_by])
+        except (TypeError, ValueError):  # a pyarrow before per-key null placement (26 deprecates the other)
+            data = data.sort_by(order_by, null_placement="at_start")
+    return (data if limit is None else data.slice(0, limit)).to_pylist()
 
 
 class _FileRows:

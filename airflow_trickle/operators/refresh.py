@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,24 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
     # -- the task -----------------------------------------------------------------------------
 
     def execute(self, context) -> dict:
+        """Refresh, and note the outcome on the task instance in one line (with a
+        ``notes_connection``): what it did, why it skipped, or why it failed."""
+        from airflow_trickle.notes import write_task_note
+
+        started = time.monotonic()
+        conn_id = self.project.airflow.notes_connection
+        try:
+            outcomes = self._execute(context)
+        except AirflowSkipException as skipped:
+            write_task_note(conn_id, context, str(skipped))
+            raise
+        except Exception as err:
+            write_task_note(conn_id, context, f"FAILED: {err}")
+            raise
+        write_task_note(conn_id, context, note_text(outcomes, time.monotonic() - started))
+        return outcomes
+
+    def _execute(self, context) -> dict:
         from airflow_trickle.errors import TrickleError
         from airflow_trickle.planning import select
         from airflow_trickle.refresh.lock import refresh_lock
@@ -281,6 +300,22 @@ def summary(outcomes: dict[str, dict]) -> str:
     return "refreshed " + "; ".join(parts)
 
 
+def note_text(outcomes: dict[str, dict], seconds: float) -> str:
+    """The task instance's note after a refresh: :func:`summary` without the table's name when
+    the task refreshes one table, and the task's time.
+
+    >>> note_text({"s.a": {"action": "DIFFERENTIAL", "status": "COMPLETED", "rows_inserted": 12, "rows_deleted": 3}}, 1.43)
+    'DIFFERENTIAL +12 -3 rows in 1.4 s'
+    >>> note_text({"s.a": {"action": "FULL", "rows_inserted": 1, "rows_deleted": 0},
+    ...            "s.b": {"action": "DIFFERENTIAL", "rows_inserted": 0, "rows_deleted": 2}}, 3.0)
+    's.a: FULL +1 -0 rows; s.b: DIFFERENTIAL +0 -2 rows in 3.0 s'
+    """
+    text = summary(outcomes).removeprefix("refreshed ")
+    if len(outcomes) == 1:
+        text = text.split(": ", 1)[1]
+    return f"{text} in {seconds:.1f} s"
+
+
 def notify(notifier: Any, context: dict) -> None:
     """Call a freshness notifier: a callable (``BaseNotifier`` instances are) or a dotted path."""
     if isinstance(notifier, str):
@@ -403,6 +438,7 @@ class StreamTableSelectionOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         from airflow_trickle.errors import TrickleError
+        from airflow_trickle.notes import write_run_note
         from airflow_trickle.planning import select
 
         manual = _is_manual(context)
@@ -411,5 +447,7 @@ class StreamTableSelectionOperator(BaseOperator):
         except TrickleError as err:
             raise AirflowException(f"refused: {err}") from None
         tables = [n for n in self.project.stream_tables if n in selection.tables]
-        self.log.info("%s run: %s (mode %s)", "manual" if manual else "scheduled", ", ".join(tables), selection.mode)
+        plan = f"{'manual' if manual else 'scheduled'} run: {', '.join(tables)} (mode {selection.mode})"
+        self.log.info("%s", plan)
+        write_run_note(self.project.airflow.notes_connection, context, plan)
         return {"tables": tables, "mode": selection.mode.value, "forced": selection.forced}

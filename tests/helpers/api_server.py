@@ -19,8 +19,11 @@ def main(warehouse: str, dags_folder: str | None = None) -> None:
     os.environ.update(AIRFLOW_HOME=home, AIRFLOW__CORE__LOAD_EXAMPLES="False",
                       AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
                       AIRFLOW__API_AUTH__JWT_SECRET="a-test-secret-that-is-long-enough-for-hs512-" * 2,
-                      AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="viewer:viewer",
+                      AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="viewer:viewer,noter:op",
+                      AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=f"{home}/passwords.json",
                       AIRFLOW__AIRFLOW_TRICKLE__WAREHOUSES=warehouse, TRICKLE_WAREHOUSE=warehouse)
+    with open(f"{home}/passwords.json", "w") as passwords:  # the note writer logs in as "noter"
+        json.dump({"viewer": "viewer", "noter": "a-noter-password"}, passwords)
     if dags_folder:
         os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = dags_folder
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL,
@@ -57,7 +60,39 @@ def main(warehouse: str, dags_folder: str | None = None) -> None:
             label = {node["id"]: node["label"] for node in graph["nodes"]}
             lineage[asset["name"]] = sorted([label[e["source_id"]], label[e["target_id"]]] for e in graph["edges"])
         out["lineage"] = lineage
+        out["notes"] = _notes(client, bearer)
     print("RESULT " + json.dumps(out))
+
+
+def _notes(client, bearer: dict) -> dict:
+    """Trigger a run of the example's DAG and write a task note and a run note the way a refresh
+    task does (``airflow_trickle.notes``, logging in as "noter"); read them back; and try once
+    with a wrong password (the writer must say False, not raise)."""
+    from types import SimpleNamespace
+
+    from airflow_trickle.notes import NoteWriter, write_run_note, write_task_note
+
+    dag_id = "trickle_shop"
+    run = client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None}, headers=_admin())
+    run_id = run.json().get("dag_run_id")
+    ti = SimpleNamespace(dag_id=dag_id, run_id=run_id, task_id="shop.order_lines")
+    writer = NoteWriter("http://testserver", "noter", "a-noter-password", client=client)
+    wrote = [write_task_note("notes", {"ti": ti}, "DIFFERENTIAL +12 -3 rows in 1.4 s", writer=writer),
+             write_run_note("notes", {"ti": ti}, "manual run: shop.order_lines (mode AUTO)", writer=writer)]
+    wrong = NoteWriter("http://testserver", "noter", "not-the-password", client=client)
+    refused = write_task_note("notes", {"ti": ti}, "never written", writer=wrong)
+    task = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti.task_id}", headers=bearer).json()
+    run = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", headers=bearer).json()
+    return {"trigger": run_id, "wrote": wrote, "refused": refused, "task_note": task.get("note"),
+            "run_note": run.get("note")}
+
+
+def _admin() -> dict:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="admin", role="admin"))
+    return {"Authorization": f"Bearer {token}"}
 
 
 if __name__ == "__main__":

@@ -61,11 +61,24 @@ def writer_for(conn_id: str | None) -> NoteWriter | None:
     from airflow.sdk import BaseHook
 
     conn = BaseHook.get_connection(conn_id)
-    host = str(conn.host or "localhost")
-    if "://" not in host:
-        host = f"{conn.schema or 'http'}://{host}"
-    base = f"{host.rstrip('/')}:{conn.port}" if conn.port else host.rstrip("/")
-    return NoteWriter(base, conn.login or "", conn.password or "")
+    return NoteWriter(api_base_url(conn.host, conn.port, conn.schema), conn.login or "", conn.password or "")
+
+
+def api_base_url(host: str | None, port: int | None = None, scheme: str | None = None) -> str:
+    """The API server's base URL from a connection's fields (a host may carry a scheme and the
+    path Airflow is served under).
+
+    >>> api_base_url("localhost", 8080), api_base_url("https://example.com/airflow/", 8443)
+    ('http://localhost:8080', 'https://example.com:8443/airflow')
+    >>> api_base_url("example.com", None, "https"), api_base_url(None)
+    ('https://example.com', 'http://localhost')
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = str(host or "localhost")
+    parts = urlsplit(url if "://" in url else f"{scheme or 'http'}://{url}")
+    netloc = parts.netloc if not port or parts.port else f"{parts.hostname}:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def write_task_note(conn_id: str | None, context, text: str, *, writer: NoteWriter | None = None) -> bool:

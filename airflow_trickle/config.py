@@ -50,6 +50,9 @@ class TrickleConfig:
     max_fixpoint_iterations: int = 10
     #: Attempts for a catalog write that meets a concurrent Delta commit.
     catalog_write_attempts: int = 8
+    #: ``maintain`` removes the refresh history older than this many days (each stream table
+    #: keeps its newest 100 rows whatever their age); None keeps it all.
+    history_retention_days: float | None = None
     #: ``health`` reports a reader AT_RISK (and alerts) when a VACUUM of its source may delete a
     #: change it has not read within this many hours.
     change_feed_warning_hours: float = 24.0
@@ -62,7 +65,9 @@ class TrickleConfig:
             raw = os.environ.get(f"TRICKLE_{f.name.upper()}")
             if raw is None or f.name == "spark_conf":
                 continue
-            kind = type(getattr(cls(), f.name)) if f.name != "warehouse" else str
+            default = getattr(cls(), f.name)
+            # the optional fields: the warehouse (a path), the others numbers
+            kind = str if f.name == "warehouse" else float if default is None else type(default)
             values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on") if kind is bool else kind(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -123,9 +123,20 @@ def _maintain_storage(env, st, readers, tables, retention_hours, now) -> Maintai
 
 
 def _maintain_catalog(env) -> list[Maintained]:
+    """Compact the catalog tables; first, with ``history_retention_days`` set, remove the refresh
+    history older than that (each stream table keeps its newest rows whatever their age)."""
+    from datetime import timedelta
+
+    pruned = ""
+    days = getattr(env.config, "history_retention_days", None)
+    if days is not None:
+        removed = env.catalog.prune_history(utcnow() - timedelta(days=float(days)))
+        pruned = f"; {removed} history rows older than {float(days):g} days removed"
+        log.info("refresh history: %s rows older than %g days removed", removed, float(days))
     done = []
     for table, before, after in env.catalog.compact_all():
-        done.append(Maintained(f"_trickle.{table}", before, after, None, None, 0.0, "compacted with delta-rs"))
+        note = "compacted with delta-rs" + (pruned if table == "refresh_history" else "")
+        done.append(Maintained(f"_trickle.{table}", before, after, None, None, 0.0, note))
     return done
 
 

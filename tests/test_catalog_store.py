@@ -190,3 +190,27 @@ def test_history_is_the_newest_rows_of_the_table_newest_first(tmp_path):
     every = [r.refresh_id for r in catalog.history(None, limit=3)]
     assert every[0] == "db.a-x" and set(every[1:]) == {"db.a-5", "db.b-5"}  # the two -5 rows tie
     assert len(catalog.history("db.b", limit=100)) == 6 and catalog.history("db.c") == []
+
+
+def test_old_history_is_pruned_but_each_table_keeps_its_newest_rows(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_trickle.catalog.model import RefreshRecord
+
+    catalog = CatalogStore(str(tmp_path / "_trickle"))
+    now = datetime(2026, 11, 27, 12, tzinfo=timezone.utc)
+    ages = {"db.busy": range(0, 60, 2), "db.idle": (40, 50, 55)}  # days ago
+    for name, days in ages.items():
+        for age in days:
+            catalog.append_history(RefreshRecord(refresh_id=f"{name}-{age}", st_name=name, seq=age, action="FULL",
+                                                 status="COMPLETED", start_time=now - timedelta(days=age)))
+    catalog.append_history(RefreshRecord(refresh_id="never-started", st_name="db.busy", seq=0, action="NONE",
+                                         status="FAILED"))
+    removed = catalog.prune_history(now - timedelta(days=30), keep_newest=2)
+    left = {name: [r.refresh_id for r in catalog.history(name, limit=100)] for name in ages}
+    # busy: its rows of the last 30 days stay (0..30: 16 rows; 30 is not before the cutoff) and the
+    # one without a start; idle: its newest two
+    assert left["db.busy"] == ["never-started"] + [f"db.busy-{age}" for age in range(0, 31, 2)]
+    assert left["db.idle"] == ["db.idle-40", "db.idle-50"]
+    assert removed == 14 + 1
+    assert catalog.prune_history(now - timedelta(days=30), keep_newest=2) == 0  # nothing more to do

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict
+from datetime import timezone
 from typing import Callable, Iterable
 
 from airflow_trickle.catalog.model import Dependency, GroupState, RefreshRecord, StreamTable, _schemas, utcnow
@@ -340,6 +341,31 @@ class CatalogStore:
 
     def append_history(self, record: RefreshRecord) -> None:
         self._append("refresh_history", [record.to_row()], f"record refresh of {record.st_name}")
+
+    def prune_history(self, older_than, *, keep_newest: int = 100) -> int:
+        """Delete the history rows that started before ``older_than`` (a UTC datetime), except
+        each stream table's newest ``keep_newest`` (the cost model and the Stream tables page
+        read the recent ones, however old); returns how many rows went."""
+        with self._read_lock:
+            rows = _select(self._read_handle("refresh_history"), "refresh_history", None, self._file_rows,
+                           order_by=[("start_time", "descending"), ("end_time", "descending")])
+        seen: dict[str, int] = {}
+        kept_old: list[str] = []  # old rows among their table's newest: spared by id
+        old = 0
+        for row in rows:
+            seen[row["st_name"]] = rank = seen.get(row["st_name"], 0) + 1
+            if row["start_time"] is not None and row["start_time"] < older_than:
+                old += 1
+                if rank <= keep_newest:
+                    kept_old.append(row["refresh_id"])
+        if old == len(kept_old):
+            return 0
+        predicate = f"start_time < '{older_than.astimezone(timezone.utc).strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+        if kept_old:
+            predicate += " AND refresh_id NOT IN (" + ", ".join(f"'{_literal(i)}'" for i in kept_old) + ")"
+        metrics = self._retry(lambda: self._table("refresh_history").delete(predicate),
+                              what="remove old refresh history")
+        return int((metrics or {}).get("num_deleted_rows", old - len(kept_old)))
 
     def history(self, name: str | None = None, limit: int = 20) -> list[RefreshRecord]:
         """The newest ``limit`` history rows (of ``name``), newest first; a row not yet started

@@ -43,13 +43,12 @@ def explain(env, st) -> dict:
 
 def _time_rule(env, st) -> str:
     """What the cost model's time rule knows of the table's refreshes and would do next."""
-    from airflow_trickle.refresh.apply import is_strict
-    from airflow_trickle.refresh.cost import describe_times, observed_times
+    from airflow_trickle.refresh.apply import is_strict, recent_times, table_setting
+    from airflow_trickle.refresh.cost import describe_times
 
     if is_strict(st):
         return "strict: the delta runs whatever it costs"
-    ratio = float(st.options.get("differential_max_time_ratio", env.config.differential_max_time_ratio))
-    return describe_times(observed_times(env.catalog.history(st.name, limit=50)), max_time_ratio=ratio)
+    return describe_times(recent_times(env, st), max_time_ratio=table_setting(env, st, "differential_max_time_ratio"))
 
 
 _STRATEGY_TEXT = {

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 TABLES = ("stream_tables", "dependencies", "refresh_history", "consistency_groups")
 
+#: History rows newest first (a row not yet started or ended sorts as the newest).
+_NEWEST_FIRST = [("start_time", "descending"), ("end_time", "descending")]
 #: Compact a catalog table once it holds more data files than this.
 _COMPACT_AFTER_FILES = 64
 #: Hours a compacted-away catalog file stays on disk for readers that opened an older snapshot.
@@ -94,9 +96,9 @@ class CatalogStore:
         self.ensure()
         return DeltaTable(self.path(table), storage_options=self.storage_options)
 
-    def _rows(self, table: str, filters: list | None = None) -> list[dict]:
+    def _rows(self, table: str, filters: list | None = None, **order_and_limit) -> list[dict]:
         with self._read_lock:
-            return _select(self._read_handle(table), table, filters, self._file_rows)
+            return _select(self._read_handle(table), table, filters, self._file_rows, **order_and_limit)
 
     def _read_handle(self, table: str):
         """An up-to-date handle on ``table`` for reading: the one opened before, brought to the
@@ -346,9 +348,7 @@ class CatalogStore:
         """Delete the history rows that started before ``older_than`` (a UTC datetime), except
         each stream table's newest ``keep_newest`` (the cost model and the Stream tables page
         read the recent ones, however old); returns how many rows went."""
-        with self._read_lock:
-            rows = _select(self._read_handle("refresh_history"), "refresh_history", None, self._file_rows,
-                           order_by=[("start_time", "descending"), ("end_time", "descending")])
+        rows = self._rows("refresh_history", order_by=_NEWEST_FIRST)
         seen: dict[str, int] = {}
         kept_old: list[str] = []  # old rows among their table's newest: spared by id
         old = 0
@@ -372,10 +372,7 @@ class CatalogStore:
         or ended counts as newest.  Sorted and cut in Arrow: the history only grows, and only
         the rows returned become Python objects."""
         filters = [("st_name", "=", name)] if name is not None else None
-        newest = [("start_time", "descending"), ("end_time", "descending")]
-        with self._read_lock:
-            rows = _select(self._read_handle("refresh_history"), "refresh_history", filters, self._file_rows,
-                           order_by=newest, limit=limit)
+        rows = self._rows("refresh_history", filters, order_by=_NEWEST_FIRST, limit=limit)
         return [RefreshRecord.from_row(r) for r in rows]
 
 

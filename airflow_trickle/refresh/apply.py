@@ -23,7 +23,8 @@ from airflow_trickle.deltalog import has_no_data_files, latest_version, recorded
 from airflow_trickle.errors import RefreshError
 from airflow_trickle.model import Action, RefreshMode
 from airflow_trickle.names import quote_name
-from airflow_trickle.refresh.cost import full_is_cheaper, observed_times, slower_than_full, touched_rows_matter
+from airflow_trickle.refresh.cost import (ObservedTimes, full_is_cheaper, observed_times, slower_than_full,
+                                          touched_rows_matter)
 from airflow_trickle.refresh.decide import change_estimate
 from airflow_trickle.refresh.failures import is_change_feed_unavailable, is_evaluation_error, short, with_retries
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
@@ -90,19 +91,16 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
         estimate = change_estimate(env.catalog, st, current, newest)
         # what the table's own refreshes took; not for a strict table, which asked for the delta
         # whatever it costs (a measured time, unlike an estimate, is no reason to refuse it)
-        observed = (observed_times(env.catalog.history(st.name, limit=50))
+        observed = (recent_times(env, st)
                     if action == Action.DIFFERENTIAL and estimate is not None and not is_strict(st) else None)
     if action == Action.DIFFERENTIAL:
         too_costly = estimate and full_is_cheaper(
-            estimate, max_change_ratio=float(st.options.get("differential_max_change_ratio",
-                                                            env.config.differential_max_change_ratio)),
-            max_touched_ratio=(float(st.options.get("differential_max_touched_ratio",
-                                                    env.config.differential_max_touched_ratio))
+            estimate, max_change_ratio=table_setting(env, st, "differential_max_change_ratio"),
+            max_touched_ratio=(table_setting(env, st, "differential_max_touched_ratio")
                                if touched_rows_matter(st.storage.strategy) else float("inf")))
         if not too_costly and observed is not None:
             too_costly = slower_than_full(estimate.changed_rows, observed,
-                                          max_time_ratio=float(st.options.get("differential_max_time_ratio",
-                                                                              env.config.differential_max_time_ratio)))
+                                          max_time_ratio=table_setting(env, st, "differential_max_time_ratio"))
         if too_costly and is_strict(st):
             raise RefreshError(f"DIFFERENTIAL refused by the cost model: {too_costly}", stream_table=st.name,
                                hint="the stream table is strict (options: strict); refresh it FULL, or drop the "
@@ -295,6 +293,16 @@ def _written_metrics(st: StreamTable, version_before: int, refresh_id: str, *, d
         return None
     inserted = int(landed["metrics"].get("numOutputRows") or 0)
     return {"num_inserted_rows": inserted, "num_updated_rows": 0, "num_deleted_rows": deleted}
+
+
+def table_setting(env, st: StreamTable, name: str) -> float:
+    """A cost-model ratio: the table's own option, else the deployment's setting."""
+    return float(st.options.get(name, getattr(env.config, name)))
+
+
+def recent_times(env, st: StreamTable) -> ObservedTimes:
+    """What the table's recent DIFFERENTIAL and FULL refreshes took (its newest history rows)."""
+    return observed_times(env.catalog.history(st.name, limit=50))
 
 
 def is_strict(st: StreamTable) -> bool:

@@ -10,6 +10,10 @@ import os
 from dataclasses import dataclass, field, fields
 
 
+#: How a FULL refresh may write its rows (``TrickleConfig.full_refresh_write``).
+FULL_REFRESH_WRITES = ("auto", "merge", "overwrite")
+
+
 @dataclass
 class TrickleConfig:
     """Settings of one airflow_trickle deployment."""
@@ -35,6 +39,9 @@ class TrickleConfig:
     #: change at least half as large, took more than this many times its FULL ones (the fastest
     #: of the last three of each, from the history; ``refresh/cost.py``).
     differential_max_time_ratio: float = 1.0
+    #: How a FULL refresh writes: ``auto`` (replace the stored rows unless another stream table
+    #: reads this one, then MERGE only the difference), ``merge`` or ``overwrite``.
+    full_refresh_write: str = "auto"
     #: Failures in a row after which a stream table is suspended.
     max_consecutive_errors: int = 3
     #: How change sets are read: ``auto`` (CDF where it is readable, snapshot diff otherwise),
@@ -56,6 +63,11 @@ class TrickleConfig:
     #: ``health`` reports a reader AT_RISK (and alerts) when a VACUUM of its source may delete a
     #: change it has not read within this many hours.
     change_feed_warning_hours: float = 24.0
+
+    def __post_init__(self) -> None:
+        if str(self.full_refresh_write).lower() not in FULL_REFRESH_WRITES:
+            raise ValueError(f"full_refresh_write must be one of {', '.join(map(repr, FULL_REFRESH_WRITES))}, "
+                             f"not {self.full_refresh_write!r}")
 
     @classmethod
     def from_env(cls, **overrides) -> "TrickleConfig":

@@ -15,6 +15,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.qualify import qualify
 
+from airflow_trickle.config import FULL_REFRESH_WRITES
 from airflow_trickle.errors import (
     AlreadyExistsError,
     CycleError,
@@ -88,6 +89,7 @@ OPTIONS = {
     "differential_max_change_ratio": ("a positive number", _positive_number),
     "differential_max_touched_ratio": ("a positive number", _positive_number),
     "differential_max_time_ratio": ("a positive number", _positive_number),
+    "full_refresh_write": ("'auto', 'merge' or 'overwrite'", lambda v: v in FULL_REFRESH_WRITES),
     "strict": ("true or false", _flag),
 }
 

@@ -427,7 +427,7 @@ def _settings(raw: dict) -> dict:
     _check_keys(raw, known, "settings")
     try:
         TrickleConfig(**raw)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:
         raise ProjectError(f"invalid settings: {err}") from None
     return dict(raw)
 

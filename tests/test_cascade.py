@@ -221,7 +221,8 @@ print(json.dumps(seen))
 def test_alter_query_replaces_the_rows_in_one_commit_and_readers_never_see_an_empty_table(tr, db, tmp_path):
     """Seed 003: readers of a stream table whose query is altered see the old rows or the new
     ones.  Another process reads the storage table (delta-rs) throughout three ALTERs: same
-    columns (a diff), new columns (an atomic replace), a new layout (bag -> aggregate)."""
+    columns (an overwrite: nothing reads the table), new columns (an atomic replace), a new layout
+    (bag -> aggregate)."""
     import json
     import subprocess
     import sys
@@ -237,7 +238,7 @@ def test_alter_query_replaces_the_rows_in_one_commit_and_readers_never_see_an_em
     reader = subprocess.Popen([sys.executable, "-c", READER, location, str(stop)], stdout=subprocess.PIPE, text=True)
     operations = []
     try:
-        for query in (f"SELECT k, v FROM {db}.a WHERE v > 15",                 # same columns: a diff
+        for query in (f"SELECT k, v FROM {db}.a WHERE v > 15",                 # same columns: overwritten
                       f"SELECT k, v, v * 2 AS w FROM {db}.a WHERE v > 15",     # new columns: replaced
                       f"SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {db}.a GROUP BY k"):  # new layout
             before = latest_version(location)
@@ -253,7 +254,7 @@ def test_alter_query_replaces_the_rows_in_one_commit_and_readers_never_see_an_em
     finally:
         stop.touch()
         seen = json.loads(reader.communicate(timeout=60)[0])
-    assert operations == ["MERGE", "CREATE OR REPLACE TABLE AS SELECT", "CREATE OR REPLACE TABLE AS SELECT"]
+    assert operations == ["WRITE", "CREATE OR REPLACE TABLE AS SELECT", "CREATE OR REPLACE TABLE AS SELECT"]
     assert visible(tr, name) == [(1, 1, 10), (2, 2, 40), (3, 1, None)]
     errors = seen.pop("errors", [])
     assert len(errors) < 5, errors

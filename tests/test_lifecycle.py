@@ -51,7 +51,8 @@ def test_create_populates_and_full_refresh_follows_changes(tr, db):
     tr.sql(f"INSERT INTO {db}.orders VALUES (5, 3, 50), (4, NULL, 5)")
     result = tr.refresh_stream_table(f"{db}.big")
     assert result.action == "FULL" and result.status == "COMPLETED"
-    assert (result.rows_inserted, result.rows_deleted) == (3, 2)
+    # nothing reads it, so the recomputed rows replaced the stored ones: 6 in, the 5 stored out
+    assert (result.rows_inserted, result.rows_deleted) == (6, 5)
     assert visible(tr, f"{db}.big") == expected(tr, query)
     assert tr.get(f"{db}.big").frontier == {f"{db}.orders": 4}
     actions = [h.action for h in tr.history(f"{db}.big")]
@@ -60,7 +61,8 @@ def test_create_populates_and_full_refresh_follows_changes(tr, db):
 
 def test_no_data_when_no_source_has_a_new_version(tr, db):
     orders(tr, db)
-    tr.create_stream_table(f"{db}.st", f"SELECT * FROM {db}.orders", refresh_mode="FULL")
+    tr.create_stream_table(f"{db}.st", f"SELECT * FROM {db}.orders", refresh_mode="FULL",
+                           options={"full_refresh_write": "merge"})
     result = tr.refresh_stream_table(f"{db}.st")
     assert result.action == "NO_DATA" and result.rows_inserted == 0
     tr.sql(f"INSERT INTO {db}.orders VALUES (9, 9, 9)")
@@ -70,16 +72,33 @@ def test_no_data_when_no_source_has_a_new_version(tr, db):
     assert forced.action == "FULL" and forced.rows_inserted == 0 and forced.rows_deleted == 0
 
 
-def test_full_refresh_is_applied_as_a_diff(tr, db, spark):
+def test_full_refresh_is_a_diff_where_a_stream_table_reads_it_and_an_overwrite_elsewhere(tr, db, spark):
+    """A FULL refresh of a table another stream table reads changes only what changed (its
+    change feed stays small); one nothing reads replaces its rows (cheaper); both are exact."""
     tr.sql(f"CREATE TABLE {db}.events (id INT, kind STRING, value INT) USING delta")
     tr.sql(f"INSERT INTO {db}.events SELECT CAST(id AS INT), CAST(id % 7 AS STRING), CAST(id * 3 AS INT) FROM range(1000)")
-    tr.create_stream_table(f"{db}.copy", f"SELECT id, kind, value FROM {db}.events", refresh_mode="FULL")
+    query = f"SELECT id, kind, value FROM {db}.events"
+    tr.create_stream_table(f"{db}.copy", query, refresh_mode="FULL")
+    tr.create_stream_table(f"{db}.alone", query, refresh_mode="FULL")
+    tr.create_stream_table(f"{db}.kinds", f"SELECT kind, COUNT(*) AS n FROM {db}.copy GROUP BY kind",
+                           refresh_mode="DIFFERENTIAL", schedule=None)
     tr.sql(f"UPDATE {db}.events SET value = -1 WHERE id = 500")
-    result = tr.refresh_stream_table(f"{db}.copy")
-    changes = spark.sql(
-        f"SELECT id, value, _change_type FROM table_changes('{db}.copy', {result.table_version}, {result.table_version})"
-    ).collect()
-    assert sorted((r.id, r.value, r._change_type) for r in changes) == [(500, -1, "insert"), (500, 1500, "delete")]
+
+    def changes(name, version):
+        return sorted((r.id, r.value, r._change_type) for r in spark.sql(
+            f"SELECT id, value, _change_type FROM table_changes('{name}', {version}, {version})").collect())
+
+    read = tr.refresh_stream_table(f"{db}.copy")
+    assert changes(f"{db}.copy", read.table_version) == [(500, -1, "insert"), (500, 1500, "delete")]
+    assert (read.rows_inserted, read.rows_deleted) == (1, 1)
+    alone = tr.refresh_stream_table(f"{db}.alone")
+    feed = changes(f"{db}.alone", alone.table_version)
+    assert len(feed) == 2000 and (500, -1, "insert") in feed and (500, 1500, "delete") in feed
+    assert (alone.rows_inserted, alone.rows_deleted) == (1000, 1000)
+    for name in (f"{db}.copy", f"{db}.alone"):
+        assert visible(tr, name) == expected(tr, query), name
+    assert tr.refresh_stream_table(f"{db}.kinds").action == "DIFFERENTIAL"
+    assert visible(tr, f"{db}.kinds") == expected(tr, f"SELECT kind, COUNT(*) AS n FROM {db}.events GROUP BY kind")
 
 
 def test_unaliased_expressions_are_stored_under_the_names_spark_gives_them(tr, db):

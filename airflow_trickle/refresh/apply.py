@@ -124,6 +124,9 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
     filling = (merge_sql is None and not replacing and not st.is_populated
                and has_no_data_files(st.location))
     appending = appending or filling
+    # Any other FULL recompute replaces the stored rows in one INSERT OVERWRITE when no stream
+    # table reads this one's change feed (the diffing MERGE costs up to twice as much).
+    overwriting = (merge_sql is None and not replacing and not filling and full_overwrites(env, st))
     metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
     if estimate is not None:
@@ -133,8 +136,9 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
         with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
             return env.spark.sql(hoist_nested_ctes(sql)).first()
 
-    version_before = latest_version(st.location) if appending or replacing else None
-    stored_before = row_count(st.location) if replacing else 0
+    rewriting = replacing or overwriting  # every stored row goes; the commit's metrics say how many came
+    version_before = latest_version(st.location) if appending or rewriting else None
+    stored_before = row_count(st.location) if rewriting else 0
     try:
         with clock.phase("commit"):
             if merge_sql:
@@ -145,9 +149,9 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
             elif filling:
                 sql = fill_storage_sql(env, st, current)
             else:
-                sql = full_refresh_sql(env, st, current)
+                sql = full_refresh_sql(env, st, current, overwrite=overwriting)
             metrics = with_retries(env.config, lambda: commit(sql))
-            if appending or replacing:  # an INSERT or a CTAS returns no metrics: read them from its commit
+            if appending or rewriting:  # an INSERT or a CTAS returns no metrics: read them from its commit
                 metrics = _written_metrics(st, version_before, refresh_id, deleted=stored_before)
     except Exception as err:  # noqa: BLE001 - only an unreadable change feed or a change-row error is recovered
         evaluation = is_evaluation_error(err)
@@ -162,7 +166,11 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
         log.warning("%s: %s", st.name, reason)
         metadata["action"] = action
         with clock.phase("commit"):
-            metrics = with_retries(env.config, lambda: commit(full_refresh_sql(env, st, current)))
+            overwriting = full_overwrites(env, st)
+            version_before, stored_before = latest_version(st.location), row_count(st.location) if overwriting else 0
+            metrics = with_retries(env.config, lambda: commit(full_refresh_sql(env, st, current, overwrite=overwriting)))
+            if overwriting:
+                metrics = _written_metrics(st, version_before, refresh_id, deleted=stored_before)
     touched = None
     if metrics is None:  # Delta skipped the commit: this (table, refresh number) already landed
         inserted = deleted = 0
@@ -264,16 +272,38 @@ def full_rows_sql(env, st: StreamTable, current: dict[str, int]) -> str:
     return source if source is not None else numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns)
 
 
-def full_refresh_sql(env, st: StreamTable, current: dict[str, int]) -> str:
-    """The MERGE of a FULL refresh: recompute at ``current``, apply only the difference."""
+def full_refresh_sql(env, st: StreamTable, current: dict[str, int], *, overwrite: bool | None = None) -> str:
+    """The statement of a FULL refresh into populated storage: recompute at ``current``, then
+    replace the stored rows (INSERT OVERWRITE) or MERGE only the difference in, as
+    :func:`full_overwrites` decides unless ``overwrite`` says."""
+    if full_overwrites(env, st) if overwrite is None else overwrite:
+        return fill_storage_sql(env, st, current, overwrite=True)
     return full_merge_sql(st.name, full_rows_sql(env, st, current), st.output_columns + st.storage.state_names())
 
 
-def fill_storage_sql(env, st: StreamTable, current: dict[str, int]) -> str:
-    """The INSERT of a FULL refresh into empty storage: the recomputed rows, every column named."""
+def fill_storage_sql(env, st: StreamTable, current: dict[str, int], *, overwrite: bool = False) -> str:
+    """The INSERT of a FULL refresh into empty storage (or, ``overwrite``, in place of every stored
+    row): the recomputed rows, every column named."""
     columns = ", ".join(f"`{c}`" for c in st.output_columns + [name for name, _ in st.storage.hidden_columns()])
-    return (f"INSERT INTO {quote_name(st.name)} ({columns}) "
+    return (f"INSERT {'OVERWRITE TABLE' if overwrite else 'INTO'} {quote_name(st.name)} ({columns}) "
             f"SELECT {columns} FROM ({full_rows_sql(env, st, current)}) AS __full")
+
+
+def full_overwrites(env, st: StreamTable) -> bool:
+    """Whether a FULL refresh of ``st`` replaces its stored rows (INSERT OVERWRITE) rather than
+    MERGE the difference in (``full_refresh_write``: ``auto``, ``merge`` or ``overwrite``).
+
+    Both leave the same rows.  The MERGE joins the recomputed rows with the stored ones to
+    change only what differs, so its change feed holds only real changes -- what a stream table
+    reading this one needs to stay cheap; the overwrite skips that join (1.1-2.3x faster at
+    TPC-H SF 1) and its change feed holds every row removed and added.  ``auto`` overwrites
+    unless another stream table reads this one.
+    """
+    how = str(st.options.get("full_refresh_write", env.config.full_refresh_write)).lower()
+    if how != "auto":
+        return how == "overwrite"
+    return not any(dep.source_name == st.name and dep.source_type == "STREAM_TABLE"
+                   for dep in env.catalog.dependencies())
 
 
 def _written_metrics(st: StreamTable, version_before: int, refresh_id: str, *, deleted: int = 0) -> dict | None:

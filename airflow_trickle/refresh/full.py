@@ -1,9 +1,11 @@
-"""FULL refresh, applied as a diff.
+"""FULL refresh applied as a diff, for a stream table other stream tables read.
 
-FULL recomputes the defining query at the new frontier, but applies only the difference to
-the storage table: one MERGE that inserts rows that are new, deletes rows that are gone, and
-leaves equal rows alone.  The storage table's change feed then holds only real changes, so a
-FULL refresh upstream never looks like a full rewrite to a downstream stream table.
+FULL recomputes the defining query at the new frontier.  When another stream table reads this
+one, it applies only the difference to the storage table: one MERGE that inserts rows that are
+new, deletes rows that are gone, and leaves equal rows alone.  The storage table's change feed
+then holds only real changes, so a FULL refresh upstream never looks like a full rewrite to a
+downstream stream table.  Otherwise the recomputed rows simply replace the stored ones (an
+INSERT OVERWRITE, cheaper by the MERGE's join; ``refresh.apply.full_overwrites``).
 """
 from __future__ import annotations
 

@@ -8,10 +8,11 @@ new and the other old.  The group's epoch (``consistency_groups`` catalog table)
 when the whole attempt succeeded.
 
 Putting a member back is itself a refresh commit: the member is recomputed at its remembered
-frontier and the difference applied with the FULL-as-diff MERGE (see :func:`_put_back`).  Its
-contents then equal the remembered version's, and -- unlike a Delta ``RESTORE`` -- the commit's
-change feed holds exactly the undo, so stream tables downstream of the member (which may read
-its change feed across the undone commit) stay exact.  The put-back commit carries the old
+frontier and written like any FULL refresh (see :func:`_put_back`): the difference MERGEd in
+when a stream table reads the member, else its rows replaced.  Its contents then equal the
+remembered version's, and -- unlike a Delta ``RESTORE`` -- the commit's change feed holds the
+undo, so stream tables downstream of the member (which may read its change feed across the
+undone commit) stay exact.  The put-back commit carries the old
 frontier under a new refresh number, so a crash right after it is repaired like any refresh.
 """
 from __future__ import annotations
@@ -97,7 +98,7 @@ def refresh_group(env: Environment, members: list[str], *, group: list[str] | No
 
 
 def _put_back(env: Environment, before: _Before, *, initiated_by: str) -> None:
-    """Make ``before.row``'s table hold what it held before the attempt (one FULL-as-diff commit)."""
+    """Make ``before.row``'s table hold what it held before the attempt (one FULL refresh commit)."""
     started = utcnow()
     refresh_id = uuid.uuid4().hex
     current = recover_frontier(env.catalog, env.catalog.get(before.row.name)).st

@@ -39,6 +39,10 @@ class TrickleConfig:
     #: change at least half as large, took more than this many times its FULL ones (the fastest
     #: of the last three of each, from the history; ``refresh/cost.py``).
     differential_max_time_ratio: float = 1.0
+    #: A DIFFERENTIAL change expected to touch at most this many stored rows is committed by
+    #: delta-rs in the refreshing process instead of a Spark MERGE (Spark still computes it;
+    #: ``refresh/local_merge.py``); 0 turns that off.
+    local_commit_max_rows: int = 100_000
     #: How a FULL refresh writes: ``auto`` (replace the stored rows unless another stream table
     #: reads this one, then MERGE only the difference), ``merge`` or ``overwrite``.
     full_refresh_write: str = "auto"

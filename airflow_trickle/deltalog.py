@@ -48,8 +48,19 @@ def recorded_refreshes(location: str, limit: int = 50, storage_options: dict | N
             continue
         if isinstance(payload, dict) and COMMIT_KEY in payload:
             records.append({**payload[COMMIT_KEY], "version": int(commit["version"]),
-                            "metrics": commit.get("operationMetrics") or {}})
+                            "metrics": _spark_metric_names(commit.get("operationMetrics") or {})})
     return records
+
+
+#: A delta-rs MERGE's metrics under the names Spark's MERGE gives them.
+_DELTA_RS_METRICS = {"num_target_rows_inserted": "numTargetRowsInserted",
+                     "num_target_rows_updated": "numTargetRowsUpdated",
+                     "num_target_rows_deleted": "numTargetRowsDeleted", "num_source_rows": "numSourceRows"}
+
+
+def _spark_metric_names(metrics: dict) -> dict:
+    """``metrics`` with a delta-rs commit's names also given Spark's (one reader for both)."""
+    return {**metrics, **{spark: metrics[rs] for rs, spark in _DELTA_RS_METRICS.items() if rs in metrics}}
 
 
 def newest_refresh(location: str, storage_options: dict | None = None) -> dict | None:

@@ -12,6 +12,7 @@ def explain(env, st) -> dict:
     from airflow_trickle.dvm import differential_merge, source_columns
     from airflow_trickle.dvm.planner import plan
     from airflow_trickle.refresh.apply import full_refresh_sql
+    from airflow_trickle.refresh.local_merge import describe as describe_commit
 
     current = {d.source_name: latest_version(d.source_location) for d in env.catalog.dependencies(st.name)}
     lines = [f"stream table {st.name}", f"  refresh mode: {st.refresh_mode} (runs {st.effective_mode})"]
@@ -31,7 +32,9 @@ def explain(env, st) -> dict:
         delta_sql, why_not = differential_merge(env, probe_st, current)
         cost = _time_rule(env, st)
         lines.append(f"  cost, measured: {cost}")
-        result.update(tree=tree, delta_sql=delta_sql or why_not, cost=cost)
+        commit = describe_commit(st.location, env.config.local_commit_max_rows)
+        lines.append(f"  commit: {commit}")
+        result.update(tree=tree, delta_sql=delta_sql or why_not, cost=cost, commit=commit)
         lines += ["  delta SQL (for the newest version of each source):", f"    {delta_sql or why_not}"]
     else:
         full = full_refresh_sql(env, st, current)

@@ -198,12 +198,16 @@ def test_killed_before_the_data_commit_the_retry_applies_once(tr, db, monkeypatc
         raise OSError("killed before the data commit")
 
     with monkeypatch.context() as patch:
+        # the change is small: it would be committed by delta-rs (Spark's MERGE otherwise)
+        patch.setattr(apply, "merge_locally", killed)
         patch.setattr(apply, "refresh_commit", killed)
         with pytest.raises(RefreshError):
             tr.refresh_stream_table(name)
     assert multiset(tr.read(name)) != multiset(tr.sql(query))  # nothing applied yet
     assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
     assert_matches(tr, name, query)
+    assert tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().engineInfo.startswith("delta-rs")
+    assert tr.explain(name)["commit"].startswith("delta-rs, for changes expected to touch at most 100,000")
 
 
 def test_a_replayed_commit_is_skipped_by_its_transaction_id(tr, db):

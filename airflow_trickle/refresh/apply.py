@@ -28,6 +28,7 @@ from airflow_trickle.refresh.cost import (ObservedTimes, full_is_cheaper, observ
 from airflow_trickle.refresh.decide import change_estimate
 from airflow_trickle.refresh.failures import is_change_feed_unavailable, is_evaluation_error, short, with_retries
 from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
+from airflow_trickle.refresh.local_merge import merge_locally
 from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.repair import definition_properties
 from airflow_trickle.spark.delta import refresh_commit
@@ -132,9 +133,20 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
     if estimate is not None:
         metadata["changed_rows"] = estimate.changed_rows
 
+    txn_app_id = f"airflow_trickle:{st.st_id}"
+
     def commit(sql: str):
-        with refresh_commit(env.spark, metadata=metadata, txn_app_id=f"airflow_trickle:{st.st_id}", txn_version=seq):
+        with refresh_commit(env.spark, metadata=metadata, txn_app_id=txn_app_id, txn_version=seq):
             return env.spark.sql(hoist_nested_ctes(sql)).first()
+
+    def merge(sql: str):
+        """A small change through delta-rs where it applies, else Spark's MERGE."""
+        if estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows:
+            metrics = merge_locally(env.spark, st.location, sql, metadata=metadata, txn_app_id=txn_app_id,
+                                    txn_version=seq, max_rows=env.config.local_commit_max_rows)
+            if metrics is not False:
+                return metrics
+        return commit(sql)
 
     rewriting = replacing or overwriting  # every stored row goes; the commit's metrics say how many came
     version_before = latest_version(st.location) if appending or rewriting else None
@@ -150,7 +162,8 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
                 sql = fill_storage_sql(env, st, current)
             else:
                 sql = full_refresh_sql(env, st, current, overwrite=overwriting)
-            metrics = with_retries(env.config, lambda: commit(sql))
+            run = merge if merge_sql and not appending else commit
+            metrics = with_retries(env.config, lambda: run(sql))
             if appending or rewriting:  # an INSERT or a CTAS returns no metrics: read them from its commit
                 metrics = _written_metrics(st, version_before, refresh_id, deleted=stored_before)
     except Exception as err:  # noqa: BLE001 - only an unreadable change feed or a change-row error is recovered

@@ -32,7 +32,9 @@ RETRYABLE_CONDITIONS = ("DELTA_CONCURRENT_", "DELTA_METADATA_CHANGED", "DELTA_PR
 #: Delta's concurrency exceptions, for errors that reach us without a condition.
 RETRYABLE_CLASSES = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
                      "ConcurrentTransactionException", "MetadataChangedException", "ProtocolChangedException",
-                     "ConcurrentWriteException", "ConcurrentModificationException")
+                     "ConcurrentWriteException", "ConcurrentModificationException",
+                     # delta-rs: a commit that met a concurrent one (refresh/local_merge.py)
+                     "CommitFailedError")
 #: Conditions of an expression that failed on some row (ANSI mode).
 EVALUATION_CONDITIONS = ("DIVIDE_BY_ZERO", "ARITHMETIC_OVERFLOW", "CAST_INVALID_INPUT", "CAST_OVERFLOW",
                          "NUMERIC_VALUE_OUT_OF_RANGE", "INVALID_ARRAY_INDEX", "DATETIME_OVERFLOW",

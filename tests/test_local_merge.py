@@ -1,0 +1,69 @@
+"""The delta-rs commit of small changes (``refresh/local_merge.py``), without a JVM: the MERGE
+turned into the query that resolves it, the refusals, and which tables delta-rs may write.
+The path itself runs under every DIFFERENTIAL test on Spark (``test_differential.py`` checks
+its commits and a kill before them)."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from airflow_trickle.refresh.local_merge import resolved_changes_sql, why_not_writable, writable_columns
+
+MERGE = ("MERGE INTO `s`.`st` AS t USING (SELECT id, dn, `__trickle_row_id` FROM d) AS s "
+         "ON t.`__trickle_row_id` = s.`__trickle_row_id` AND t.`__trickle_dup` = 1 "
+         "WHEN MATCHED AND t.n + s.dn = 0 THEN DELETE "
+         "WHEN MATCHED THEN UPDATE SET t.n = t.n + s.dn "
+         "WHEN NOT MATCHED AND s.dn > 0 THEN INSERT (id, n, `__trickle_row_id`, `__trickle_dup`) "
+         "VALUES (s.id, s.dn, s.`__trickle_row_id`, 1)")
+COLUMNS = [("id", "int"), ("n", "bigint"), ("__trickle_row_id", "bigint"), ("__trickle_dup", "int")]
+
+
+def test_a_merge_becomes_the_query_of_its_resolved_rows():
+    """Each column: the first matching clause's value (an update keeps unassigned columns, an
+    insert gives NULL to unlisted ones), cast to the stored type; the action; the stored row's
+    identity; the target read at the version delta-rs will commit on."""
+    def case(matched_delete, matched_update, inserted):
+        return (f"CASE WHEN t.__trickle_merge_present THEN CASE WHEN t.n + s.dn = 0 THEN {matched_delete} "
+                f"WHEN TRUE THEN {matched_update} END ELSE CASE WHEN s.dn > 0 THEN {inserted} END END")
+
+    assert resolved_changes_sql(MERGE, COLUMNS, version=3) == (
+        f"SELECT * FROM (SELECT CAST({case('NULL', '`t`.`id`', 's.id')} AS INT) AS `id`, "
+        f"CAST({case('NULL', 't.n + s.dn', 's.dn')} AS BIGINT) AS `n`, "
+        f"CAST({case('NULL', '`t`.`__trickle_row_id`', 's.`__trickle_row_id`')} AS BIGINT) AS `__trickle_row_id`, "
+        f"CAST({case('NULL', '`t`.`__trickle_dup`', '1')} AS INT) AS `__trickle_dup`, "
+        f"{case(repr('D'), repr('U'), repr('I'))} AS __trickle_merge_action, "
+        "`t`.`__trickle_row_id` AS __trickle_merge_id, `t`.`__trickle_dup` AS __trickle_merge_dup "
+        "FROM (SELECT id, dn, `__trickle_row_id` FROM d) AS s "
+        "LEFT JOIN (SELECT *, TRUE AS __trickle_merge_present FROM `s`.`st` VERSION AS OF 3) AS t "
+        "ON t.`__trickle_row_id` = s.`__trickle_row_id` AND t.`__trickle_dup` = 1) AS __resolved "
+        "WHERE NOT __trickle_merge_action IS NULL")
+
+
+@pytest.mark.parametrize("clause", ["WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *",
+                                    "WHEN NOT MATCHED BY SOURCE THEN DELETE"])
+def test_clauses_it_does_not_resolve_leave_the_merge_to_spark(clause):
+    merge = f"MERGE INTO st AS t USING d AS s ON t.`__trickle_row_id` = s.k {clause}"
+    assert resolved_changes_sql(merge, COLUMNS, version=1) is None
+    assert resolved_changes_sql("SELECT 1", COLUMNS, version=1) is None
+
+
+def _table(path, columns: dict, **config):
+    write_deltalake(str(path), pa.table(columns), configuration=config or None)
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(path))
+
+
+def test_which_tables_delta_rs_writes(tmp_path):
+    identity = {"__trickle_row_id": pa.array([1], pa.int64()), "__trickle_dup": pa.array([1], pa.int32())}
+    plain = _table(tmp_path / "plain", {"k": pa.array(["a"]), "v": pa.array([1.5]), **identity},
+                   **{"delta.enableChangeDataFeed": "true"})
+    assert writable_columns(plain) == [("k", "string"), ("v", "double"), ("__trickle_row_id", "bigint"),
+                                       ("__trickle_dup", "int")]
+    assert why_not_writable(plain) is None
+    nested = _table(tmp_path / "nested", {"k": pa.array([[1, 2]]), **identity})
+    assert writable_columns(nested) is None  # an array column: left to Spark
+    assert why_not_writable(nested) == "column k is not of a primitive type"
+    unkeyed = _table(tmp_path / "unkeyed", {"k": pa.array([1])})
+    assert writable_columns(unkeyed) is None and why_not_writable(unkeyed) == "no row identity columns"

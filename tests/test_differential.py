@@ -311,3 +311,45 @@ def test_change_feed_health_warns_before_a_vacuum_and_the_refresh_recovers_after
     assert result.action == "FULL" and "change feed unavailable" in result.reason, result
     assert_matches(tr, name, query)
     assert reader().status == "OK"
+
+
+def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db, monkeypatch):
+    """Small changes are committed by delta-rs (Spark resolves the MERGE, delta-rs applies it);
+    with ``local_commit_max_rows = 0`` Spark's MERGE commits them.  Same sources, same changes
+    (inserts, deletes, updates, NULL keys, duplicates, a group that vanishes and comes back):
+    both tables equal their query, and their commits' change feeds hold the same rows."""
+    tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.o VALUES (1, 1, 10), (2, 1, 20), (3, 2, 30), (4, NULL, 5), (4, NULL, 5), (5, 3, 7)")
+    tr.sql(f"CREATE TABLE {db}.c (id INT, region STRING) USING delta")
+    tr.sql(f"INSERT INTO {db}.c VALUES (1, 'n'), (2, 's'), (2, 's'), (3, NULL)")
+    queries = {
+        "agg": f"SELECT cid, COUNT(*) AS n, SUM(amount) AS s, MIN(amount) AS lo, MAX(amount) AS hi "
+               f"FROM {db}.o GROUP BY cid",
+        "bag": f"SELECT o.id, o.amount, c.region FROM {db}.o o JOIN {db}.c c ON o.cid = c.id",
+    }
+    for kind, query in queries.items():
+        for how in ("local", "spark"):
+            tr.create_stream_table(f"{db}.{kind}_{how}", query, schedule=None)
+    batches = [
+        [f"INSERT INTO {db}.o VALUES (6, 2, 1), (7, NULL, 9), (2, 1, 20)", f"DELETE FROM {db}.o WHERE id = 3"],
+        [f"UPDATE {db}.o SET amount = amount + 100 WHERE cid = 1", f"DELETE FROM {db}.o WHERE cid = 3",
+         f"UPDATE {db}.c SET region = 'w' WHERE id = 1"],
+        [f"INSERT INTO {db}.o VALUES (8, 3, 4), (9, 3, 4)", f"DELETE FROM {db}.o WHERE cid IS NULL"],
+    ]
+    for batch in batches:
+        for statement in batch:
+            tr.sql(statement)
+        for kind, query in queries.items():
+            feeds = {}
+            for how in ("local", "spark"):
+                name = f"{db}.{kind}_{how}"
+                monkeypatch.setattr(tr.config, "local_commit_max_rows", 100_000 if how == "local" else 0)
+                result = tr.refresh_stream_table(name)
+                assert result.action == "DIFFERENTIAL", (name, result.reason)
+                assert_matches(tr, name, query)
+                newest = tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
+                assert newest.engineInfo.startswith("delta-rs") == (how == "local"), (name, newest.engineInfo)
+                columns = ", ".join(f"`{c}`" for c in tr.get(name).output_columns)
+                feeds[how] = multiset(tr.sql(
+                    f"SELECT {columns}, _change_type FROM table_changes('{name}', {newest.version}, {newest.version})"))
+            assert feeds["local"] == feeds["spark"], kind

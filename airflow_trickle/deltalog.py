@@ -20,7 +20,8 @@ def normalize_location(location: str) -> str:
     return location
 
 
-def _open(location: str, storage_options: dict | None = None):
+def open_table(location: str, storage_options: dict | None = None):
+    """The delta-rs handle of the Delta table at ``location`` (newest version)."""
     from deltalake import DeltaTable
 
     return DeltaTable(normalize_location(location), storage_options=storage_options)
@@ -28,7 +29,7 @@ def _open(location: str, storage_options: dict | None = None):
 
 def latest_version(location: str, storage_options: dict | None = None) -> int:
     """The newest committed version of the Delta table at ``location``."""
-    return int(_open(location, storage_options).version())
+    return int(open_table(location, storage_options).version())
 
 
 def recorded_refreshes(location: str, limit: int = 50, storage_options: dict | None = None) -> list[dict]:
@@ -38,7 +39,7 @@ def recorded_refreshes(location: str, limit: int = 50, storage_options: dict | N
     commit's ``version``.
     """
     records = []
-    for commit in _open(location, storage_options).history(limit):
+    for commit in open_table(location, storage_options).history(limit):
         raw = commit.get("userMetadata")
         if not raw:
             continue
@@ -85,7 +86,7 @@ def commit_time(commit: dict | None):
 def commit_operations(location: str, start_version: int, end_version: int,
                       storage_options: dict | None = None) -> list[dict]:
     """Commit infos of versions in ``[start_version, end_version]``, oldest first."""
-    table = _open(location, storage_options)
+    table = open_table(location, storage_options)
     newest = table.version()
     infos = table.history(max(0, newest - start_version + 1))
     return sorted((c for c in infos if start_version <= int(c["version"]) <= end_version), key=lambda c: c["version"])
@@ -174,32 +175,32 @@ def insert_only_commits(location: str, after_version: int, up_to_version: int,
 def has_no_data_files(location: str, storage_options: dict | None = None) -> bool:
     """Whether the newest version has no data file at all: certainly empty (file statistics
     may be missing, so a zero :func:`row_count` is no proof)."""
-    return _open(location, storage_options).get_add_actions(flatten=True).num_rows == 0
+    return open_table(location, storage_options).get_add_actions(flatten=True).num_rows == 0
 
 
 def row_count(location: str, storage_options: dict | None = None) -> int:
     """Rows in the newest version, from the file statistics in the log (deleted-row vectors not
     subtracted: an estimate for ratios, not a count)."""
-    actions = _open(location, storage_options).get_add_actions(flatten=True)
+    actions = open_table(location, storage_options).get_add_actions(flatten=True)
     return sum(n for n in actions.column("num_records").to_pylist() if n)
 
 
 def table_configuration(location: str, storage_options: dict | None = None) -> dict[str, str]:
     """The table properties (``delta.*``, ``trickle.*``, ...) of the Delta table at ``location``."""
-    return dict(_open(location, storage_options).metadata().configuration or {})
+    return dict(open_table(location, storage_options).metadata().configuration or {})
 
 
 def column_names(location: str, storage_options: dict | None = None) -> list[str]:
     """The column names of the Delta table at ``location``, in order."""
-    return [f.name for f in _open(location, storage_options).schema().fields]
+    return [f.name for f in open_table(location, storage_options).schema().fields]
 
 
 def commit_history(location: str, limit: int | None = None, storage_options: dict | None = None) -> list[dict]:
     """The newest ``limit`` commit infos still in the log (all without one): ``version``,
     ``timestamp`` in ms, ``operation``..."""
-    return list(_open(location, storage_options).history(limit))
+    return list(open_table(location, storage_options).history(limit))
 
 
 def active_file_count(location: str, storage_options: dict | None = None) -> int:
     """Data files in the newest version (what a read of the table opens)."""
-    return _open(location, storage_options).get_add_actions(flatten=True).num_rows
+    return open_table(location, storage_options).get_add_actions(flatten=True).num_rows

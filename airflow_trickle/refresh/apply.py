@@ -148,9 +148,6 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
                 return metrics
         return commit(sql)
 
-    rewriting = replacing or overwriting  # every stored row goes; the commit's metrics say how many came
-    version_before = latest_version(st.location) if appending or rewriting else None
-    stored_before = row_count(st.location) if rewriting else 0
     try:
         with clock.phase("commit"):
             if merge_sql:
@@ -162,10 +159,9 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
                 sql = fill_storage_sql(env, st, current)
             else:
                 sql = full_refresh_sql(env, st, current, overwrite=overwriting)
-            run = merge if merge_sql and not appending else commit
-            metrics = with_retries(env.config, lambda: run(sql))
-            if appending or rewriting:  # an INSERT or a CTAS returns no metrics: read them from its commit
-                metrics = _written_metrics(st, version_before, refresh_id, deleted=stored_before)
+            rewriting = replacing or overwriting  # every stored row goes
+            metrics = _committed(env, st, merge if merge_sql and not appending else commit, sql, refresh_id,
+                                 inserting=appending or rewriting, rewriting=rewriting)
     except Exception as err:  # noqa: BLE001 - only an unreadable change feed or a change-row error is recovered
         evaluation = is_evaluation_error(err)
         if merge_sql is None or not (evaluation or is_change_feed_unavailable(err)):
@@ -180,11 +176,8 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
         metadata["action"] = action
         with clock.phase("commit"):
             overwriting = full_overwrites(env, st)
-            version_before = latest_version(st.location)
-            stored_before = row_count(st.location) if overwriting else 0
-            metrics = with_retries(env.config, lambda: commit(full_refresh_sql(env, st, current, overwrite=overwriting)))
-            if overwriting:
-                metrics = _written_metrics(st, version_before, refresh_id, deleted=stored_before)
+            metrics = _committed(env, st, commit, full_refresh_sql(env, st, current, overwrite=overwriting), refresh_id,
+                                 inserting=overwriting, rewriting=overwriting)
     touched = None
     if metrics is None:  # Delta skipped the commit: this (table, refresh number) already landed
         inserted = deleted = 0
@@ -319,6 +312,18 @@ def full_overwrites(env, st: StreamTable) -> bool:
         return how == "overwrite"
     return not any(dep.source_name == st.name and dep.source_type == "STREAM_TABLE"
                    for dep in env.catalog.dependencies())
+
+
+def _committed(env, st: StreamTable, run, sql: str, refresh_id: str, *, inserting: bool, rewriting: bool) -> dict | None:
+    """Run ``run(sql)`` with retries; its MERGE-shaped metrics, or None when Delta skipped it.
+
+    An INSERT or a CTAS (``inserting``) returns no metrics: they are read from its commit; one
+    that replaced every stored row (``rewriting``) deleted as many as were stored before.
+    """
+    version_before = latest_version(st.location) if inserting else None
+    stored_before = row_count(st.location) if rewriting else 0
+    metrics = with_retries(env.config, lambda: run(sql))
+    return _written_metrics(st, version_before, refresh_id, deleted=stored_before) if inserting else metrics
 
 
 def _written_metrics(st: StreamTable, version_before: int, refresh_id: str, *, deleted: int = 0) -> dict | None:

@@ -38,7 +38,7 @@ import re
 
 from sqlglot import exp, parse_one
 
-from airflow_trickle.deltalog import COMMIT_KEY
+from airflow_trickle.deltalog import COMMIT_KEY, open_table
 from airflow_trickle.model import DUP, ROW_ID
 from airflow_trickle.sql.parse import DIALECT
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
@@ -158,11 +158,9 @@ def why_not_writable(table) -> str | None:
 
 def describe(location: str, max_rows: int, storage_options: dict | None = None) -> str:
     """How a DIFFERENTIAL refresh of the storage table at ``location`` commits (for explain)."""
-    from deltalake import DeltaTable
-
     if max_rows <= 0:
         return "Spark's MERGE (local_commit_max_rows is 0)"
-    why_not = why_not_writable(DeltaTable(location, storage_options=storage_options))
+    why_not = why_not_writable(open_table(location, storage_options))
     if why_not:
         return f"Spark's MERGE (delta-rs does not write this table: {why_not})"
     return (f"delta-rs, for changes expected to touch at most {max_rows:,} stored rows (Spark resolves "
@@ -178,10 +176,9 @@ def merge_locally(spark, location: str, merge_sql: str, *, metadata: dict, txn_a
     (the caller runs the MERGE on Spark): the table, or more than ``max_rows`` resolved rows
     (the estimate was wrong; they are not brought into this process).
     """
-    from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError, DeltaError
 
-    table = DeltaTable(location, storage_options=storage_options)
+    table = open_table(location, storage_options)
     columns = writable_columns(table)
     if columns is None:
         return False

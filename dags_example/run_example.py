@@ -1,10 +1,12 @@
 """The example, end to end: Airflow (SQLite) runs the generated DAG against the Spark service.
 
-    python dags_example/run_example.py [--warehouse DIR] [--report FILE] [--spark connect|submit]
+    python dags_example/run_example.py [--warehouse DIR] [--report FILE] [--spark connect|submit] [--serve]
 
 1. starts the Spark service for the warehouse (``trickle serve``; with ``--spark submit``,
-   every refresh is a spark-submit job instead), migrates a throw-away Airflow metadata DB and
-   creates the sources ``shop.orders`` and ``shop.customers`` in the warehouse;
+   every refresh is a spark-submit job instead), migrates a throw-away Airflow metadata DB,
+   starts Airflow's API server on it (the UI, and the REST API through which each refresh task
+   notes its outcome on its task instance) and creates the sources ``shop.orders`` and
+   ``shop.customers`` in the warehouse;
 2. runs the DAG of ``shop/trickle.yaml`` (``trickle_shop.py`` in this folder) with
    ``dag.test()``: the first run creates and populates the six stream tables;
 3. changes the sources and runs it again: every stream table refreshes DIFFERENTIALLY;
@@ -12,16 +14,21 @@
    ``shop.order_lines`` and ``shop.top_customers``: those two refresh (top_customers although
    its upstream, not selected, is skipped), the others are skipped;
 5. tries a run for an unknown table (refused), then checks every stream table against its
-   defining query at its frontier versions, prints what it holds, and stops the service.
+   defining query at its frontier versions, prints what it holds, and stops the service and
+   the API server -- with ``--serve``, the API server keeps serving the UI until Ctrl-C.
 
 The project names the Airflow connection ``trickle_spark``; its type decides how refresh tasks
 run (``spark_connect``: in the task process, against the service; ``spark``: spark-submit).
+Its ``notes_connection``, ``trickle_notes``, is the API server's address and a user allowed to
+write notes.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +38,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DAG_ID = "trickle_shop"
 STARTED = time.monotonic()
+#: Users of the example's Airflow (the simple auth manager): you, in the UI, and the note writer.
+UI_USER, NOTES_USER = ("admin", "admin"), ("trickle_notes", "trickle-notes-password")
 
 
 def step(text: str) -> None:
@@ -77,6 +86,54 @@ def prepare_airflow(warehouse: str, home: str) -> None:
                    stderr=subprocess.DEVNULL)
 
 
+def start_api_server(home: str, warehouse: str) -> tuple[subprocess.Popen | None, str]:
+    """Airflow's API server on the example's metadata DB: the UI, the Stream tables page, and
+    the REST API the refresh tasks write their notes through (connection ``trickle_notes``).
+
+    Returns the server (None if it did not start: the example then runs without notes) and its URL.
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    passwords = Path(home) / "passwords.json"
+    passwords.write_text(json.dumps(dict([UI_USER, NOTES_USER])))
+    os.environ.update({
+        "AIRFLOW__API_AUTH__JWT_SECRET": "the-example-s-own-secret-long-enough-for-hs512-" * 2,
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{UI_USER[0]}:admin,{NOTES_USER[0]}:op",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__AIRFLOW_TRICKLE__WAREHOUSES": warehouse,
+        "AIRFLOW_CONN_TRICKLE_NOTES": json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": port,
+                                                  "login": NOTES_USER[0], "password": NOTES_USER[1]}),
+    })
+    with open(Path(home) / "api-server.log", "wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(port)],
+                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+    import urllib.request
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=2)
+            return server, url
+        except OSError:
+            time.sleep(0.5)
+    stop_api_server(server)
+    print(f"Airflow's API server did not start (see {home}/api-server.log): no task notes", file=sys.stderr)
+    return None, url
+
+
+def stop_api_server(server: subprocess.Popen | None) -> None:
+    if server is None or server.poll() is not None:
+        return
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+
+
 def create_sources(tr) -> None:
     tr.sql("CREATE DATABASE IF NOT EXISTS shop")
     tr.sql("CREATE TABLE shop.customers (id INT, name STRING, region STRING) USING delta")
@@ -99,13 +156,14 @@ def run_dag(dag, title: str, conf: dict | None = None) -> dict:
         run = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run.run_id).one()
         instances = run.get_task_instances(session=session)
         tasks = {ti.task_id: str(ti.state) for ti in instances}
+        notes = {ti.task_id: ti.note for ti in instances if ti.note}
         durations = {ti.task_id: round(ti.duration, 2) for ti in instances if ti.duration is not None}
-        state = str(run.state)
-    print(f"\n== {title}: run {state} in {seconds} s ==")
+        state, run_note = str(run.state), run.note
+    print(f"\n== {title}: run {state} in {seconds} s ==" + (f"\n   note: {run_note}" if run_note else ""))
     for task_id, task_state in sorted(tasks.items()):
-        print(f"  {task_id:<34} {task_state}")
+        print(f"  {task_id:<34} {task_state:<10} {notes.get(task_id, '')}")
     return {"title": title, "state": state, "tasks": tasks, "seconds": seconds, "run_id": run.run_id,
-            "task_seconds": durations}
+            "task_seconds": durations, "notes": notes, "run_note": run_note}
 
 
 def refusal(run: dict, conf: dict) -> str | None:
@@ -163,12 +221,19 @@ def main() -> int:
     parser.add_argument("--report", default=None, help="write a JSON report of the runs and tables here")
     parser.add_argument("--spark", choices=("connect", "submit"), default="connect",
                         help="refresh tasks over the Spark service (default) or as spark-submit jobs")
+    parser.add_argument("--serve", action="store_true",
+                        help="keep serving Airflow's UI after the example, until Ctrl-C")
     args = parser.parse_args()
     warehouse = os.path.abspath(args.warehouse or tempfile.mkdtemp(prefix="trickle-example-"))
     print(f"warehouse: {warehouse}")
     tr, service = start_spark(warehouse, args.spark)
+    home = os.path.join(warehouse, "_airflow")
+    prepare_airflow(warehouse, home)
+    server, url = start_api_server(home, warehouse)
+    step(f"Airflow metadata DB ready; UI and REST API at {url} (user {UI_USER[0]}, password {UI_USER[1]})"
+         if server else "Airflow metadata DB ready")
     try:
-        return run_example(tr, warehouse, args.report)
+        code = run_example(tr, warehouse, args.report)
     finally:
         tr.close()
         if service is not None:
@@ -176,11 +241,18 @@ def main() -> int:
 
             stop_service(warehouse)
             step("Spark service stopped")
+        if not args.serve:
+            stop_api_server(server)
+    if args.serve and server is not None:
+        print(f"\nAirflow's UI: {url} (user {UI_USER[0]}, password {UI_USER[1]}); Ctrl-C stops it", flush=True)
+        try:
+            server.wait()
+        except KeyboardInterrupt:
+            stop_api_server(server)
+    return code
 
 
 def run_example(tr, warehouse: str, report: str | None) -> int:
-    prepare_airflow(warehouse, os.path.join(warehouse, "_airflow"))
-    step("Airflow metadata DB ready")
     from airflow.dag_processing.dagbag import DagBag
 
     create_sources(tr)

@@ -9,8 +9,9 @@
    the Airflow metadata DB under ``<warehouse>/_airflow``;
 2. serves that Airflow's UI (``airflow api-server``, the simple auth manager with every user an
    admin: a throw-away local instance) with the Stream tables plugin pointed at the warehouse;
-3. takes, in a 1400x900 window: the DAG's grid, the task graph, the trigger form with its
-   table pick-list open, and the Stream tables page with one row unfolded.
+3. takes, in a 1400x900 window: the DAG's grid, the task graph, the manual run with its note
+   and one of its tasks with its note, the trigger form with its table pick-list open, the
+   asset lineage, and the Stream tables page with one row unfolded.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from urllib.parse import quote
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +66,16 @@ def serve_ui(warehouse: str, port: int) -> subprocess.Popen:
             time.sleep(1)
     server.terminate()
     raise SystemExit("the Airflow API server did not start within 3 minutes")
+
+
+def manual_run_id(home: str) -> str:
+    """The example's manual FULL run (the one whose tasks note FULL refreshes and skips)."""
+    with sqlite3.connect(f"{home}/airflow.db") as db:
+        found = db.execute("SELECT run_id FROM dag_run WHERE dag_id = ? AND CAST(conf AS TEXT) LIKE '%FULL%' "
+                           "ORDER BY id DESC", (DAG_ID,)).fetchone()
+    if found is None:
+        raise SystemExit("the example's manual FULL run is not in its Airflow metadata DB")
+    return quote(found[0], safe="")
 
 
 def shoot(port: int, out: Path, home: str) -> list[Path]:
@@ -119,6 +131,14 @@ def shoot(port: int, out: Path, home: str) -> list[Path]:
             except Exception:  # noqa: BLE001 - as above
                 continue
         save("airflow_graph", settle=4)
+        # the manual run: its note (the plan task's selection) and each task's note (its outcome)
+        manual = manual_run_id(home)
+        driver.get(f"{base}/dags/{DAG_ID}/runs/{manual}")
+        wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(text(), 'mode FULL')]")))
+        save("airflow_run_notes")
+        driver.get(f"{base}/dags/{DAG_ID}/runs/{manual}/tasks/shop.order_lines")
+        wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(text(), 'FULL +')]")))
+        save("airflow_task_note")
         driver.get(f"{base}/dags/{DAG_ID}")
         click("//button[normalize-space()='Trigger']")
         wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(text(), 'Stream tables')]")))

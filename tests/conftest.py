@@ -43,6 +43,7 @@ JVM_MODULES = {"test_airflow_example.py", "test_service.py", "test_spark_cluster
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "both_spark_modes: run in the Spark modes $TRICKLE_TEST_SPARK_MODES lists")
+    config.addinivalue_line("markers", "spark_service: runs over the test process's Spark service (connect mode) only")
     config.addinivalue_line("markers", "cluster: starts a Spark standalone cluster (run with -m cluster)")
     config.addinivalue_line("markers", "jvm: needs Spark (set on collection; -m 'not jvm' runs the rest in seconds)")
 
@@ -51,7 +52,8 @@ def pytest_configure(config):
 #: xdist groups longest first: a long group started last would leave the other process idle.
 LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 250, "test_cascade.py": 300,
                 "test_service.py": 280, "test_dvm_oracle_joins.py": 240, "test_airflow_example.py": 180,
-                "test_differential.py": 130, "test_lifecycle.py": 120, "test_repair.py": 55}
+                "test_differential.py": 130, "test_lifecycle.py": 120, "test_repair.py": 55,
+                "test_airflow_live.py": 45}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -113,9 +115,15 @@ def marked_modes() -> list[str]:
 
 
 def pytest_generate_tests(metafunc):
-    """Every test using Spark gets a ``spark_mode``: marked modules the listed ones, others ``classic``."""
+    """Every test using Spark gets a ``spark_mode``: marked modules the listed ones (``spark_service``:
+    ``connect``), others ``classic``."""
     if "spark_mode" in metafunc.fixturenames:
-        modes = marked_modes() if metafunc.definition.get_closest_marker("both_spark_modes") else ["classic"]
+        if metafunc.definition.get_closest_marker("spark_service"):
+            modes = ["connect"]
+        elif metafunc.definition.get_closest_marker("both_spark_modes"):
+            modes = marked_modes()
+        else:
+            modes = ["classic"]
         metafunc.parametrize("spark_mode", modes, indirect=True)
 
 

@@ -92,3 +92,18 @@ def test_refreshed_stream_tables_emit_asset_events_with_what_they_did(report):
     assert {e["asset"] for e in group} == {"trickle://shop/shop.big_orders", "trickle://shop/shop.region_revenue",
                                            "trickle://shop/shop.region_report"}
     assert {e["extra"].get("action") for e in group} <= {"FULL", "DIFFERENTIAL", "CREATED", "NO_DATA"}
+
+
+def test_each_task_notes_what_it_did_and_plan_notes_the_selection(report):
+    """The example serves Airflow's API server beside its runs; the tasks write their notes
+    through it (``notes_connection: trickle_notes``)."""
+    first, second, manual = report["runs"][:3]
+    assert first["notes"]["shop.order_lines"].startswith("CREATED +7 -0 rows in ")
+    # the atomic group's members were created by its task: no NO_DATA for a table just made
+    assert first["notes"]["shop.atomic__region_report"].startswith(
+        "shop.big_orders: CREATED +3 -0 rows; shop.region_revenue: CREATED +3 -0 rows; "
+        "shop.region_report: CREATED +2 -0 rows in "), first["notes"]
+    assert second["notes"]["shop.order_lines"].startswith("DIFFERENTIAL +2 -2 rows in ")
+    assert manual["run_note"] == "manual run: shop.order_lines, shop.top_customers (mode FULL)"
+    assert manual["notes"]["shop.customer_totals"] == "skipped: not selected in this manual run"
+    assert manual["notes"]["shop.order_lines"].startswith("FULL +1 -0 rows in ")

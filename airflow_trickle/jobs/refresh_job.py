@@ -83,23 +83,23 @@ def run(tr, spec: dict, tables: list[str], *, mode: RunMode, initiated_by: str, 
     if unknown:
         raise TrickleError(f"not part of project {spec['project']!r}", stream_table=unknown[0])
     if group is not None:
-        for name in tables:
-            ensure_stream_table(tr, specs[name])
+        created = {name: _created(tr, name) for name in tables if ensure_stream_table(tr, specs[name])}
         result = tr.refresh_group(tables, group=group["members"], convergence_points=group["convergence_points"],
                                   mode=mode.requested, initiated_by=initiated_by)
-        outcomes = [{"name": r.name, "action": r.action, "status": r.status, "rows_inserted": r.rows_inserted,
-                     "rows_deleted": r.rows_deleted, "reason": r.reason, "group_epoch": result.epoch}
-                    for r in result.results]
-        for outcome in outcomes:
-            print(RESULT_PREFIX + json.dumps(outcome), flush=True)
+        outcomes = []
+        for r in result.results:
+            # a member created just now has nothing newer to refresh: say it was created
+            outcome = (created[r.name] if r.name in created and r.action == "NO_DATA" else
+                       {"name": r.name, "action": r.action, "status": r.status, "rows_inserted": r.rows_inserted,
+                        "rows_deleted": r.rows_deleted, "reason": r.reason})
+            outcomes.append({**outcome, "group_epoch": result.epoch})
+            print(RESULT_PREFIX + json.dumps(outcomes[-1]), flush=True)
         return outcomes
     outcomes = []
     for name in tables:
         created = ensure_stream_table(tr, specs[name])
         if created and mode == RunMode.AUTO:
-            record = tr.history(name, limit=1)[0]
-            outcome = {"name": name, "action": "CREATED", "status": record.status,
-                       "rows_inserted": record.rows_inserted, "rows_deleted": record.rows_deleted}
+            outcome = _created(tr, name)
         else:
             result = tr.refresh_stream_table(name, mode.requested, initiated_by=initiated_by)
             outcome = {"name": name, "action": result.action, "status": result.status,
@@ -108,6 +108,13 @@ def run(tr, spec: dict, tables: list[str], *, mode: RunMode, initiated_by: str, 
         print(RESULT_PREFIX + json.dumps(outcome), flush=True)
         outcomes.append(outcome)
     return outcomes
+
+
+def _created(tr, name: str) -> dict:
+    """The outcome of creating ``name``: its initial population, from its newest history row."""
+    record = tr.history(name, limit=1)[0]
+    return {"name": name, "action": "CREATED", "status": record.status, "rows_inserted": record.rows_inserted,
+            "rows_deleted": record.rows_deleted}
 
 
 def maintain(tr, tables: list[str], *, retention_hours: float | None = None) -> list[dict]:

@@ -15,7 +15,7 @@
    its upstream, not selected, is skipped), the others are skipped;
 5. tries a run for an unknown table (refused), then checks every stream table against its
    defining query at its frontier versions, prints what it holds, and stops the service and
-   the API server -- with ``--serve``, the API server keeps serving the UI until Ctrl-C.
+   the API server -- with ``--serve``, only at Ctrl-C: the UI stays up to look at the runs.
 
 The project names the Airflow connection ``trickle_spark``; its type decides how refresh tasks
 run (``spark_connect``: in the task process, against the service; ``spark``: spark-submit).
@@ -227,29 +227,29 @@ def main() -> int:
     warehouse = os.path.abspath(args.warehouse or tempfile.mkdtemp(prefix="trickle-example-"))
     print(f"warehouse: {warehouse}")
     tr, service = start_spark(warehouse, args.spark)
-    home = os.path.join(warehouse, "_airflow")
-    prepare_airflow(warehouse, home)
-    server, url = start_api_server(home, warehouse)
-    step(f"Airflow metadata DB ready; UI and REST API at {url} (user {UI_USER[0]}, password {UI_USER[1]})"
-         if server else "Airflow metadata DB ready")
+    server = None
     try:
+        home = os.path.join(warehouse, "_airflow")
+        prepare_airflow(warehouse, home)
+        server, url = start_api_server(home, warehouse)
+        step(f"Airflow metadata DB ready; UI and REST API at {url} (user {UI_USER[0]}, password {UI_USER[1]})"
+             if server else "Airflow metadata DB ready")
         code = run_example(tr, warehouse, args.report)
+        if args.serve and server is not None:
+            print(f"\nAirflow's UI: {url} (user {UI_USER[0]}, password {UI_USER[1]}); Ctrl-C stops it", flush=True)
+            try:
+                server.wait()
+            except KeyboardInterrupt:  # the way to end --serve: stop everything, keep the exit code
+                pass
+        return code
     finally:
         tr.close()
+        stop_api_server(server)
         if service is not None:
             from airflow_trickle.spark.service import stop_service
 
             stop_service(warehouse)
             step("Spark service stopped")
-        if not args.serve:
-            stop_api_server(server)
-    if args.serve and server is not None:
-        print(f"\nAirflow's UI: {url} (user {UI_USER[0]}, password {UI_USER[1]}); Ctrl-C stops it", flush=True)
-        try:
-            server.wait()
-        except KeyboardInterrupt:
-            stop_api_server(server)
-    return code
 
 
 def run_example(tr, warehouse: str, report: str | None) -> int:

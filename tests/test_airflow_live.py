@@ -54,7 +54,8 @@ def test_a_manual_run_does_not_wait_for_a_scheduled_run_in_flight(live, tr, db):
     assert scheduled["state"] == "success"
     assert {t: v["state"] for t, v in scheduled["tasks"].items()} == {
         "plan": "success", f"{db}.a": "success", f"{db}.b": "success"}
-    assert scheduled["tasks"][f"{db}.a"]["note"].startswith("CREATED +4 -0 rows"), scheduled["tasks"]
+    note = scheduled["tasks"][f"{db}.a"]["note"]
+    assert note.startswith("CREATED +4 -0 rows in ") and note.endswith("s of it waiting for another run's refresh)"), note
     assert any(f"{db}.a is being refreshed by another run; waiting" in line for line in live["a_log_wait"])
     for name, query in ((f"{db}.a", f"SELECT k, SUM(v) AS total FROM {db}.src GROUP BY k"),
                         (f"{db}.b", f"SELECT k, v FROM {db}.src WHERE v > 0")):

@@ -75,15 +75,16 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
 
         started = time.monotonic()
         conn_id = self.project.airflow.notes_connection
+        self._waited = 0.0
         try:
             outcomes = self._execute(context)
         except AirflowSkipException as skipped:
-            write_task_note(conn_id, context, str(skipped))
+            write_task_note(conn_id, context, after_wait(str(skipped), self._waited))
             raise
         except Exception as err:
             write_task_note(conn_id, context, f"FAILED: {err}")
             raise
-        write_task_note(conn_id, context, note_text(outcomes, time.monotonic() - started))
+        write_task_note(conn_id, context, note_text(outcomes, time.monotonic() - started, waited=self._waited))
         return outcomes
 
     def _execute(self, context) -> dict:
@@ -106,7 +107,8 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
         def waiting(name: str) -> None:
             self.log.info("%s is being refreshed by another run; waiting for it to finish", name)
 
-        with refresh_lock(project.warehouse, members, on_wait=waiting):
+        with refresh_lock(project.warehouse, members, on_wait=waiting) as waited:
+            self._waited = waited  # for the note: a refresh that took long because it waited says so
             # inside the lock: a run that waited sees what the other one did (not due, NO_DATA)
             outcomes = self._refresh(context, unit, selection, members)
         self.log.info("%s", summary(outcomes))
@@ -300,20 +302,39 @@ def summary(outcomes: dict[str, dict]) -> str:
     return "refreshed " + "; ".join(parts)
 
 
-def note_text(outcomes: dict[str, dict], seconds: float) -> str:
+def note_text(outcomes: dict[str, dict], seconds: float, *, waited: float = 0.0) -> str:
     """The task instance's note after a refresh: :func:`summary` without the table's name when
-    the task refreshes one table, and the task's time.
+    the task refreshes one table, and the task's time (and how much of it went on waiting for
+    another run's refresh of the same table).
 
     >>> note_text({"s.a": {"action": "DIFFERENTIAL", "status": "COMPLETED", "rows_inserted": 12, "rows_deleted": 3}}, 1.43)
     'DIFFERENTIAL +12 -3 rows in 1.4 s'
     >>> note_text({"s.a": {"action": "FULL", "rows_inserted": 1, "rows_deleted": 0},
     ...            "s.b": {"action": "DIFFERENTIAL", "rows_inserted": 0, "rows_deleted": 2}}, 3.0)
     's.a: FULL +1 -0 rows; s.b: DIFFERENTIAL +0 -2 rows in 3.0 s'
+    >>> note_text({"s.a": {"action": "DIFFERENTIAL", "rows_inserted": 1, "rows_deleted": 0}}, 20.8, waited=13.04)
+    "DIFFERENTIAL +1 -0 rows in 20.8 s (13.0 s of it waiting for another run's refresh)"
     """
     text = summary(outcomes).removeprefix("refreshed ")
     if len(outcomes) == 1:
         text = text.split(": ", 1)[1]
-    return f"{text} in {seconds:.1f} s"
+    text = f"{text} in {seconds:.1f} s"
+    return f"{text} ({waited:.1f} s of it waiting for another run's refresh)" if waited >= WAIT_WORTH_NOTING else text
+
+
+#: Seconds of waiting for another run's refresh lock worth a mention in a task's note.
+WAIT_WORTH_NOTING = 0.5
+
+
+def after_wait(text: str, waited: float) -> str:
+    """A skip note, saying when the task first waited for another run's refresh of its table.
+
+    >>> after_wait("skipped: nothing to refresh (NO_DATA): no source changed", 12.34)
+    "skipped: nothing to refresh (NO_DATA): no source changed (after waiting 12.3 s for another run's refresh)"
+    >>> after_wait("skipped: not due (next in 3m)", 0.0)
+    'skipped: not due (next in 3m)'
+    """
+    return f"{text} (after waiting {waited:.1f} s for another run's refresh)" if waited >= WAIT_WORTH_NOTING else text
 
 
 def notify(notifier: Any, context: dict) -> None:

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -92,9 +91,9 @@ def start_api_server(home: str, warehouse: str) -> tuple[subprocess.Popen | None
 
     Returns the server (None if it did not start: the example then runs without notes) and its URL.
     """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from airflow_trickle.spark.service import free_port
+
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     passwords = Path(home) / "passwords.json"
     passwords.write_text(json.dumps(dict([UI_USER, NOTES_USER])))

@@ -19,23 +19,18 @@ import argparse
 import os
 import shutil
 import sqlite3
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from urllib.parse import quote
 from pathlib import Path
+from urllib.parse import quote
+
+from airflow_trickle.spark.service import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DAG_ID = "trickle_shop"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_example(warehouse: str) -> None:

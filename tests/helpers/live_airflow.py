@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import requests
 
 from airflow_trickle.refresh.lock import refresh_lock
-from airflow_trickle.spark.service import host_port
+from airflow_trickle.spark.service import free_port, host_port
 
 DAG_ID = "trickle_live"
 ADMIN, NOTER = ("admin", "an-admin-password"), ("noter", "a-noter-password")
@@ -56,12 +55,6 @@ stream_tables:
   - name: {db}.b
     query: SELECT k, v FROM {db}.src WHERE v > 0
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LiveAirflow:
@@ -130,8 +123,9 @@ class LiveAirflow:
         return response.json()["access_token"] if response.ok else None
 
     def api(self, method: str, path: str, **kwargs) -> dict:
-        response = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30,
-                                        headers={"Authorization": f"Bearer {self._token()}"}, **kwargs)
+        if "Authorization" not in self.session.headers:  # one login for every request
+            self.session.headers["Authorization"] = f"Bearer {self._token()}"
+        response = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
         response.raise_for_status()
         return response.json()
 

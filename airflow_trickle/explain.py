@@ -1,6 +1,8 @@
-"""``explain``: what a refresh of a stream table would do, and why (nothing is executed).
+"""``explain``: what a refresh of a stream table would do, and why (nothing is written).
 
-An entry point over the DVM (operator tree, delta SQL) and the refresh's FULL path.
+An entry point over the DVM (operator tree, delta SQL) and the refresh's FULL path.  The only
+Spark work is counting, for the change pending since the frontier, the window partitions and
+aggregate groups the next refresh would recompute (``dvm.pending``).
 """
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from airflow_trickle.deltalog import latest_version
 
 
 def explain(env, st) -> dict:
-    """Operator tree, strategy, and the SQL a refresh would run now (nothing is executed)."""
+    """Operator tree, strategy, the SQL a refresh would run now, and how much of each window and
+    aggregate the pending change reaches (counted; nothing is written)."""
     from airflow_trickle.dvm import differential_merge, source_columns
     from airflow_trickle.dvm.planner import plan
     from airflow_trickle.refresh.apply import full_refresh_sql
@@ -21,7 +24,8 @@ def explain(env, st) -> dict:
     result = {"name": st.name, "mode": st.effective_mode, "reason": st.mode_reason,
               "strategy": st.storage.strategy or "full", "frontier": st.frontier, "current": current}
     if st.effective_mode == "DIFFERENTIAL":
-        tree = plan(st.defining_query, source_columns(env, st)).explain()
+        root = plan(st.defining_query, source_columns(env, st))
+        tree = root.explain()
         strategy = st.storage.strategy or "bag"
         lines.append(f"  apply strategy: {strategy} ({_STRATEGY_TEXT[strategy]})")
         lines.append("  operator tree:")
@@ -34,7 +38,9 @@ def explain(env, st) -> dict:
         lines.append(f"  cost, measured: {cost}")
         commit = describe_commit(st.location, env.config.local_commit_max_rows)
         lines.append(f"  commit: {commit}")
-        result.update(tree=tree, delta_sql=delta_sql or why_not, cost=cost, commit=commit)
+        pending, pending_lines = _pending(env, st, root, current)
+        lines += pending_lines
+        result.update(tree=tree, delta_sql=delta_sql or why_not, cost=cost, commit=commit, pending=pending)
         lines += ["  delta SQL (for the newest version of each source):", f"    {delta_sql or why_not}"]
     else:
         full = full_refresh_sql(env, st, current)
@@ -42,6 +48,35 @@ def explain(env, st) -> dict:
         lines += ["  FULL refresh SQL:", f"    {full}"]
     result["text"] = "\n".join(lines)
     return result
+
+
+def _pending(env, st, root, current: dict[str, int]) -> tuple[list[dict], list[str]]:
+    """The window partitions and aggregate groups the change from the frontier to ``current``
+    reaches (what the next refresh recomputes), counted, and explain's lines for them."""
+    from pyspark.errors import PySparkException
+
+    from airflow_trickle.dvm import pending_versions
+    from airflow_trickle.dvm.pending import scopes
+
+    if set(st.frontier) != set(current):
+        return [], []
+    if st.frontier == current:
+        return [], ["  pending change: none (the next refresh finds no data)"]
+    found, lines = [], ["  pending change (frontier to newest versions), recomputed by the next refresh:"]
+    for scope in scopes(root, pending_versions(env, st, current)):
+        sql = scope.count_sql()
+        try:
+            count = 1 if sql is None else env.spark.sql(sql).first()[0]
+        except PySparkException as err:  # e.g. a change feed vacuumed: the refresh will say what it does
+            lines.append(f"    {scope.operator}: not counted ({str(err).splitlines()[0]})")
+            found.append({"operator": scope.operator, "unit": scope.unit, "count": None})
+            continue
+        whole = " (the whole input)" if sql is None else ""
+        lines.append(f"    {scope.operator}: {count} {scope.unit if count != 1 else scope.unit[:-1]}{whole}")
+        found.append({"operator": scope.operator, "unit": scope.unit, "count": count})
+    if not found:
+        lines.append("    no window or aggregate: the delta is derived row by row")
+    return found, lines
 
 
 def _time_rule(env, st) -> str:

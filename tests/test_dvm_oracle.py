@@ -82,6 +82,7 @@ def test_groups_vanish_and_reappear_and_null_keys_stay_apart(tr, db):
 def test_explain_shows_tree_strategy_and_delta_sql(tr, db):
     load = workload(tr, db, ["o", "c"], {
         "explained": "SELECT c.region, SUM(o.amount) AS s FROM {db}.o o JOIN {db}.c c ON o.cid = c.id GROUP BY c.region",
+        "ranked": "SELECT id, cid, RANK() OVER (PARTITION BY cid ORDER BY amount) AS r FROM {db}.o",
     })
     explanation = tr.explain(f"{db}.explained")
     assert explanation["mode"] == "DIFFERENTIAL" and explanation["strategy"] == "algebraic"
@@ -89,8 +90,16 @@ def test_explain_shows_tree_strategy_and_delta_sql(tr, db):
     for word in ("Aggregate group by", "Join [2-way", f"Scan {db}.o", f"Scan {db}.c", "MERGE INTO"):
         assert word in text, text
     assert "table_changes" in explanation["delta_sql"].lower()
-    assert load.queries
-
+    assert explanation["pending"] == [] and "pending change: none" in text
+    # two new orders: customer 3 (region NULL) and customer 0 (no customer: the join drops it)
+    tr.sql(f"INSERT INTO {db}.o VALUES (6, 3, 7, 1.00), (7, 0, 1, 2.00)")
+    counted = {name: tr.explain(f"{db}.{name}") for name in ("explained", "ranked")}
+    assert counted["explained"]["pending"] == [{"operator": "Aggregate group by `c`.`region`", "unit": "groups",
+                                                "count": 1}]
+    assert counted["ranked"]["pending"] == [{"operator": "Window by `o`.`cid`", "unit": "partitions", "count": 2}]
+    assert "Window by `o`.`cid`: 2 partitions" in counted["ranked"]["text"], counted["ranked"]["text"]
+    load.refresh_all()
+    assert tr.explain(f"{db}.ranked")["pending"] == []
 
 
 def test_subqueries_exists_not_exists_scalar_and_a_window(tr, db):

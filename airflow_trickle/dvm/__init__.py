@@ -51,6 +51,11 @@ def _refresh_versions(env, st, current: dict[str, int], deps):
                     use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
 
 
+def pending_versions(env, st, current: dict[str, int]):
+    """The versions of the change a refresh of ``st`` would apply now (``explain`` counts it)."""
+    return _refresh_versions(env, st, current, env.catalog.dependencies(st.name))
+
+
 def differential_merge(env, st, current: dict[str, int], *,
                        scratch: list[str] | None = None) -> tuple[str | None, str | None]:
     """The MERGE applying the change from ``st.frontier`` to ``current``, or ``(None, why not)``.

@@ -26,3 +26,25 @@ def test_explain_names_the_rule_of_every_operator(query, rules):
     text = "\n".join(plan(query, COLUMNS).explain())
     for rule in rules:
         assert rule in text, text
+
+
+def test_the_pending_scopes_are_the_windows_and_aggregates_a_change_reaches():
+    """``dvm.pending.scopes``: per window and aggregate the change reaches, outermost first, the
+    query listing its partitions or groups (read from the change feed); unchanged inputs none."""
+    from airflow_trickle.dvm.base import Versions
+    from airflow_trickle.dvm.pending import scopes
+
+    query = ("SELECT region, n, RANK() OVER (PARTITION BY region ORDER BY n) AS r FROM ("
+             "SELECT c.region, COUNT(*) AS n FROM s.o o JOIN s.c c ON o.cid = c.id GROUP BY c.region) t "
+             "UNION ALL SELECT CAST(id AS STRING), amount, ROW_NUMBER() OVER (ORDER BY id) FROM s.o")
+    tree = plan(query, COLUMNS)
+    only_c = Versions(old={"s.o": 1, "s.c": 1}, new={"s.o": 1, "s.c": 4}, columns=COLUMNS)
+    found = scopes(tree, only_c)
+    assert [(s.operator, s.unit) for s in found] == [("Window by region", "partitions"),
+                                                     ("Aggregate group by c.region", "groups")]
+    for scope in found:
+        assert "table_changes" in scope.count_sql().lower() and scope.count_sql().startswith("SELECT COUNT(*)")
+    both = Versions(old={"s.o": 1, "s.c": 1}, new={"s.o": 2, "s.c": 4}, columns=COLUMNS)
+    assert [s.operator for s in scopes(tree, both)][-1] == "Window without a common PARTITION BY"
+    assert scopes(tree, both)[-1].count_sql() is None
+    assert scopes(tree, Versions(old={"s.o": 2, "s.c": 4}, new={"s.o": 2, "s.c": 4}, columns=COLUMNS)) == []

@@ -75,7 +75,7 @@ def _pending(env, st, root, current: dict[str, int]) -> tuple[list[dict], list[s
         lines.append(f"    {scope.operator}: {count} {scope.unit if count != 1 else scope.unit[:-1]}{whole}")
         found.append({"operator": scope.operator, "unit": scope.unit, "count": count})
     if not found:
-        lines.append("    no window or aggregate: the delta is derived row by row")
+        lines.append("    no window or aggregate: nothing is recomputed by partition or group")
     return found, lines
 
 

@@ -114,7 +114,7 @@ def materialize_recursions(env, node, versions, scratch: list[str]) -> None:
     """
     from airflow_trickle.dvm.recursive import MATERIALIZED, Recursive
 
-    for recursive in _nodes(node):
+    for recursive in operators(node):
         if not isinstance(recursive, Recursive):
             continue
         for name in MATERIALIZED:
@@ -146,7 +146,7 @@ def collect_affected_groups(env, node, versions) -> None:
     from airflow_trickle.dvm.block import Block
     from airflow_trickle.sql.parse import DIALECT
 
-    for block in reversed(list(_nodes(node))):  # inner aggregates first: outer input deltas use theirs
+    for block in reversed(list(operators(node))):  # inner aggregates first: outer input deltas use theirs
         if not (isinstance(block, Block) and block.is_aggregate and block.group and block.window_keys is None):
             continue
         if not block.changed(versions):
@@ -172,15 +172,15 @@ def _checkpoint(env, sql: str, prefix: str, scratch: list[str]) -> str:
     return view
 
 
-def _nodes(node):
-    """``node`` and every operator under it."""
+def operators(node):
+    """``node`` and every operator under it, outermost first."""
     from airflow_trickle.dvm.base import Node
 
     yield node
     children = list(getattr(node, "children", None) or []) + [n for _, n in getattr(node, "items", None) or []]
     children += [getattr(node, a) for a in ("child", "base") if isinstance(getattr(node, a, None), Node)]
     for child in children:
-        yield from _nodes(child)
+        yield from operators(child)
 
 
 def drop_scratch_views(env, scratch: list[str]) -> None:

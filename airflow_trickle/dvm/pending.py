@@ -41,38 +41,18 @@ class Scope:
 def scopes(node: Node, v: Versions) -> list[Scope]:
     """The scopes of every operator under ``node`` that the change from ``v.old`` to ``v.new``
     reaches, outermost first (an operator whose sources did not change recomputes nothing)."""
+    from airflow_trickle.dvm import operators
     from airflow_trickle.dvm.block import Block
 
     found: list[Scope] = []
-    if not node.changed(v):
-        return found
-    if isinstance(node, Block):
-        if node.window_keys is not None:
-            keys = ", ".join(k.sql(DIALECT) for k in node.window_keys)
-            found.append(Scope(f"Window by {keys}", "partitions", node.changed_input_keys(v, node.window_keys))
+    for block in operators(node):
+        if not (isinstance(block, Block) and block.changed(v)):
+            continue
+        if block.window_keys is not None:
+            keys = ", ".join(k.sql(DIALECT) for k in block.window_keys)
+            found.append(Scope(f"Window by {keys}", "partitions", block.changed_input_keys(v, block.window_keys))
                          if keys else Scope("Window without a common PARTITION BY", "partitions", None))
-        elif node.is_aggregate:
-            keys = ", ".join(g.sql(DIALECT) for g in node.group) or "(scalar)"
-            found.append(Scope(f"Aggregate group by {keys}", "groups", node.affected_groups_with_values(v)))
-    for child in children(node):
-        found += scopes(child, v)
+        elif block.is_aggregate:
+            keys = ", ".join(g.sql(DIALECT) for g in block.group) or "(scalar)"
+            found.append(Scope(f"Aggregate group by {keys}", "groups", block.affected_groups_with_values(v)))
     return found
-
-
-def children(node: Node) -> list[Node]:
-    """The operators ``node`` reads (its FROM items, union branches, the input of a top-K or
-    the base of a recursive CTE)."""
-    from airflow_trickle.dvm.block import Block
-    from airflow_trickle.dvm.recursive import Recursive
-    from airflow_trickle.dvm.topk import TopK
-    from airflow_trickle.dvm.union import UnionAll
-
-    if isinstance(node, Block):
-        return [item for _, item in node.items]
-    if isinstance(node, UnionAll):
-        return list(node.children)
-    if isinstance(node, TopK):
-        return [node.child]
-    if isinstance(node, Recursive):
-        return [node.base]
-    return []

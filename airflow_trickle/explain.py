@@ -24,7 +24,8 @@ def explain(env, st) -> dict:
     result = {"name": st.name, "mode": st.effective_mode, "reason": st.mode_reason,
               "strategy": st.storage.strategy or "full", "frontier": st.frontier, "current": current}
     if st.effective_mode == "DIFFERENTIAL":
-        root = plan(st.defining_query, source_columns(env, st))
+        columns = source_columns(env, st)
+        root = plan(st.defining_query, columns)
         tree = root.explain()
         strategy = st.storage.strategy or "bag"
         lines.append(f"  apply strategy: {strategy} ({_STRATEGY_TEXT[strategy]})")
@@ -38,7 +39,7 @@ def explain(env, st) -> dict:
         lines.append(f"  cost, measured: {cost}")
         commit = describe_commit(st.location, env.config.local_commit_max_rows)
         lines.append(f"  commit: {commit}")
-        pending, pending_lines = _pending(env, st, root, current)
+        pending, pending_lines = _pending(env, st, root, current, columns)
         lines += pending_lines
         result.update(tree=tree, delta_sql=delta_sql or why_not, cost=cost, commit=commit, pending=pending)
         lines += ["  delta SQL (for the newest version of each source):", f"    {delta_sql or why_not}"]
@@ -50,7 +51,7 @@ def explain(env, st) -> dict:
     return result
 
 
-def _pending(env, st, root, current: dict[str, int]) -> tuple[list[dict], list[str]]:
+def _pending(env, st, root, current: dict[str, int], columns: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
     """The window partitions and aggregate groups the change from the frontier to ``current``
     reaches (what the next refresh recomputes), counted, and explain's lines for them."""
     from pyspark.errors import PySparkException
@@ -63,7 +64,7 @@ def _pending(env, st, root, current: dict[str, int]) -> tuple[list[dict], list[s
     if st.frontier == current:
         return [], ["  pending change: none (the next refresh finds no data)"]
     found, lines = [], ["  pending change (frontier to newest versions), recomputed by the next refresh:"]
-    for scope in scopes(root, pending_versions(env, st, current)):
+    for scope in scopes(root, pending_versions(env, st, current, columns)):
         sql = scope.count_sql()
         try:
             count = 1 if sql is None else env.spark.sql(sql).first()[0]

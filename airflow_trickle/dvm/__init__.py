@@ -42,18 +42,20 @@ def columns_of_sources(catalog, name: str, base_table_columns) -> dict[str, list
     return columns
 
 
-def _refresh_versions(env, st, current: dict[str, int], deps):
+def _refresh_versions(env, st, current: dict[str, int], deps, columns: dict[str, list[str]] | None = None):
     """The versions a refresh's delta is computed between, and how each source's changes are
-    read (raw change rows: every applier consolidates what it needs)."""
+    read (raw change rows: every applier consolidates what it needs); ``columns``, the
+    sources' visible columns, when the caller has already read them."""
     from airflow_trickle.dvm.base import Versions
 
-    return Versions(old=st.frontier, new=current, columns=source_columns(env, st),
+    return Versions(old=st.frontier, new=current, columns=columns if columns is not None else source_columns(env, st),
                     use_cdf={d.source_name: d.cdc_mode == "cdf" for d in deps}, consolidate=False)
 
 
-def pending_versions(env, st, current: dict[str, int]):
-    """The versions of the change a refresh of ``st`` would apply now (``explain`` counts it)."""
-    return _refresh_versions(env, st, current, env.catalog.dependencies(st.name))
+def pending_versions(env, st, current: dict[str, int], columns: dict[str, list[str]]):
+    """The versions of the change a refresh of ``st`` would apply now (``explain`` counts it),
+    over the sources' visible ``columns`` as ``explain`` read them for its plan."""
+    return _refresh_versions(env, st, current, env.catalog.dependencies(st.name), columns)
 
 
 def differential_merge(env, st, current: dict[str, int], *,

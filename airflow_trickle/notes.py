@@ -4,12 +4,15 @@ task's selection on its run -- visible in Airflow's grid and run pages without o
 Airflow 3.3's Task SDK has no call for notes, so they go through Airflow's public REST API, the
 way a user sets them in the UI: as the user of an Airflow connection the project names
 (``airflow.notes_connection``: host and port of the API server, login and password of a user
-allowed to edit the DAG's runs). A project without one writes no notes. A note that cannot be
-written is logged and never fails the task.
+allowed to edit the DAG's runs). A project without one writes no notes. A request the API server
+fails transiently (no answer in time, a 5xx such as a locked metadata database, 429) is tried
+again, twice, after a pause; a note that still cannot be written is logged and never fails the
+task.
 """
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -17,6 +20,10 @@ log = logging.getLogger(__name__)
 
 #: Airflow keeps a note of at most this many characters.
 MAX_NOTE = 1000
+#: Seconds to wait before each further try of a request that failed transiently.
+RETRY_PAUSES = (2.0, 5.0)
+#: Seconds a request may take: an API server on a busy machine answers slowly, not never.
+TIMEOUT = 30
 
 
 @dataclass
@@ -36,15 +43,34 @@ class NoteWriter:
         self._patch(f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}", text)
 
     def _patch(self, path: str, text: str) -> None:
-        response = self._http().patch(f"{self.base_url}{path}", params={"update_mask": "note"},
-                                      json={"note": _clip(text)}, headers=self._authorization(), timeout=10)
-        response.raise_for_status()
+        self._send("patch", path, params={"update_mask": "note"}, json={"note": _clip(text)},
+                   headers=self._authorization())
 
     def _authorization(self) -> dict:
-        response = self._http().post(f"{self.base_url}/auth/token", timeout=10,
-                                     json={"username": self.username, "password": self.password})
-        response.raise_for_status()
+        response = self._send("post", "/auth/token", json={"username": self.username, "password": self.password})
         return {"Authorization": f"Bearer {response.json()['access_token']}"}
+
+    def _send(self, method: str, path: str, **kwargs):
+        """The response to one request, tried again after each of ``RETRY_PAUSES`` while it fails
+        transiently; any other failure (a refused login, a run that does not exist) at once."""
+        for pause in RETRY_PAUSES:
+            try:
+                response = self._request(method, path, **kwargs)
+            except OSError as err:  # requests' connection errors and timeouts are OSErrors
+                log.info("note request %s %s failed (%s); trying again in %s s", method.upper(), path, err, pause)
+            else:
+                if not _transient(response.status_code):
+                    break
+                log.info("note request %s %s answered %s; trying again in %s s",
+                         method.upper(), path, response.status_code, pause)
+            time.sleep(pause)
+        else:  # the last try: what it answers or raises stands
+            response = self._request(method, path, **kwargs)
+        response.raise_for_status()
+        return response
+
+    def _request(self, method: str, path: str, **kwargs):
+        return getattr(self._http(), method)(f"{self.base_url}{path}", timeout=TIMEOUT, **kwargs)
 
     def _http(self):
         if self.client is None:
@@ -100,6 +126,15 @@ def _write(conn_id, writer, action, context) -> bool:
     except Exception as err:  # noqa: BLE001 - safe: a note is for people; the task's outcome stands
         log.warning("could not write the note through connection %r: %s", conn_id, err)
         return False
+
+
+def _transient(status: int) -> bool:
+    """Whether an HTTP status says "try again later" rather than "no".
+
+    >>> [_transient(s) for s in (200, 401, 404, 429, 500, 503)]
+    [False, False, False, True, True, True]
+    """
+    return status == 429 or status >= 500
 
 
 def _clip(text: str) -> str:

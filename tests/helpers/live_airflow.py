@@ -200,6 +200,9 @@ def main(workdir: str, warehouse: str, spark_address: str, db: str) -> None:
         logs = sorted((airflow.home / "logs").glob(f"dag_id={DAG_ID}/run_id={scheduled}/task_id={a_task}/*.log"))
         out["a_log_wait"] = [line for log in logs for line in log.read_text(errors="replace").splitlines()
                              if "being refreshed by another run" in line]
+        skipped = (airflow.home / "logs").glob(f"dag_id={DAG_ID}/run_id={manual}/task_id={a_task}/*.log")
+        out["manual_a_log_note"] = [line for log in skipped for line in log.read_text(errors="replace").splitlines()
+                                    if "note" in line]  # why a note is missing, should it be
     except Exception as err:  # the test prints what Airflow said
         out["error"] = f"{type(err).__name__}: {err}"
         out["logs"] = airflow.logs_tail()

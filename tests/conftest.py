@@ -24,25 +24,14 @@ os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="trickle-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-#: Every JVM the tests start (sessions, Spark services, spark-submit jobs of the Airflow tests,
-#: Spark's own launcher) compiles with HotSpot's quick C1 compiler only: on tables of a few rows
-#: no loop runs long enough to repay C2's compiling, which on 2 busy cores takes CPU from the
-#: other test process (measured: two Spark tests at once, 150 s -> 100-106 s). C1's code fills
-#: more than the 48 MB code cache it gets by default (Spark then fails), hence the larger one.
-#: The parallel collector costs less CPU than G1 on 2 cores (a refresh 4.3 s -> 3.0 s).
-#: ``JDK_JAVA_OPTIONS`` is read by the ``java`` launcher of JDK 9 and later (it notes that on stderr).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseParallelGC"
-if JVM_OPTIONS not in os.environ.get("JDK_JAVA_OPTIONS", ""):
-    os.environ["JDK_JAVA_OPTIONS"] = f"{os.environ.get('JDK_JAVA_OPTIONS', '')} {JVM_OPTIONS}".strip()
-
 
 SPARK_MODES = ("classic", "connect")
 # Test tables are tiny, so any change is a large share of them, and a delta costs as much as the
 # query: the cost model's change-ratio, touched-rows and time rules would turn every refresh FULL.  Tests of those rules set them per table.
 #: Spark tuned for tables of a few rows, where Spark's fixed costs are the whole cost: adaptive
-#: execution re-plans every stage (an extra job each) to save on shuffles that carry nothing.
-#: (The JVM's own settings are ``JVM_OPTIONS``, above.)
-TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false"}
+#: execution re-plans every stage (an extra job each) to save on shuffles that carry nothing, and
+#: the parallel collector costs less CPU than G1 on 2 cores (measured: a refresh 4.3 s -> 3.0 s).
+TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}
 TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,
                  "differential_max_time_ratio": 1e9,
                  "spark_conf": TINY_TABLES_SPARK}

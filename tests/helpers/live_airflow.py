@@ -110,6 +110,11 @@ class LiveAirflow:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
 
+    def task_log_lines(self, run_id: str, task_id: str, containing: str) -> list[str]:
+        """The lines of the task's logs (every try) that contain ``containing``."""
+        logs = sorted((self.home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/*.log"))
+        return [line for log in logs for line in log.read_text(errors="replace").splitlines() if containing in line]
+
     def logs_tail(self, lines: int = 15) -> dict[str, str]:
         return {name: "\n".join((self.home / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
                 for name in self.processes}
@@ -197,12 +202,8 @@ def main(workdir: str, warehouse: str, spark_address: str, db: str) -> None:
         for key, run_id in (("scheduled", scheduled), ("manual", manual)):
             out[key] = {"run_id": run_id, "run_type": runs[run_id]["run_type"], "state": runs[run_id]["state"],
                         "note": runs[run_id].get("note"), "tasks": airflow.tasks(run_id)}
-        logs = sorted((airflow.home / "logs").glob(f"dag_id={DAG_ID}/run_id={scheduled}/task_id={a_task}/*.log"))
-        out["a_log_wait"] = [line for log in logs for line in log.read_text(errors="replace").splitlines()
-                             if "being refreshed by another run" in line]
-        skipped = (airflow.home / "logs").glob(f"dag_id={DAG_ID}/run_id={manual}/task_id={a_task}/*.log")
-        out["manual_a_log_note"] = [line for log in skipped for line in log.read_text(errors="replace").splitlines()
-                                    if "note" in line]  # why a note is missing, should it be
+        out["a_log_wait"] = airflow.task_log_lines(scheduled, a_task, "being refreshed by another run")
+        out["manual_a_log_note"] = airflow.task_log_lines(manual, a_task, "note")  # why a note is missing, should it be
     except Exception as err:  # the test prints what Airflow said
         out["error"] = f"{type(err).__name__}: {err}"
         out["logs"] = airflow.logs_tail()

@@ -112,16 +112,15 @@ def materialize_recursions(env, node, versions, scratch: list[str]) -> None:
     Spark's recursion re-runs the inputs of its step at each iteration and inlines a CTE at
     each use: in one statement the change feeds were read at every iteration and the removal
     recursion run twice, 10-20x the cost of the recursion itself (measured on a 10,000-row org
-    chart: 12-24 s for the delta against 2 s for the whole recursion).
+    chart: 12-24 s for the delta against 2 s for the whole recursion).  E's table at both
+    versions is one of the parts, so an iteration reads it from memory, not from Delta.
     """
-    from airflow_trickle.dvm.recursive import MATERIALIZED, Recursive
+    from airflow_trickle.dvm.recursive import Recursive
 
     for recursive in operators(node):
         if not isinstance(recursive, Recursive):
             continue
-        for name in MATERIALIZED:
-            if name == "__trickle_e_delta" and recursive.other is None:
-                continue
+        for name in recursive.materialized_parts():
             recursive.views[name] = _checkpoint(env, recursive.part_sql(versions, name), name, scratch)
 
 

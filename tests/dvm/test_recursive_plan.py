@@ -68,3 +68,19 @@ def test_two_different_ctes_of_one_name_are_not_merged_silently():
 def test_the_sql_dialect_keeps_ctes_where_they_are():
     text = "SELECT * FROM (WITH t(c) AS (SELECT 1) SELECT * FROM t) AS subq"
     assert sqlglot.parse_one(text, read=DIALECT).sql(DIALECT) == text
+
+
+def test_e_at_both_versions_and_r_old_are_computed_once_when_r_old_is_recursed():
+    recursive = plan(PATHS, COLUMNS).items[0][1]
+    # E's table is read at every iteration of both recursions, r_old by both of them
+    assert recursive.materialized_parts() == ["__trickle_e_delta", "__trickle_e_old", "__trickle_e_new",
+                                              "__trickle_old", "__trickle_base_delta", "__trickle_removed",
+                                              "__trickle_added"]
+    recursive.stored_old = "(SELECT `src` AS `src`, `dst` AS `dst` FROM `s`.`t`) AS __stored"
+    # r_old read from the stream table: E is read by one recursion each, at its versions
+    assert recursive.materialized_parts() == ["__trickle_e_delta", "__trickle_base_delta", "__trickle_removed",
+                                              "__trickle_added"]
+    alone = plan("WITH RECURSIVE c(a, k) AS (SELECT e.src, 0 FROM g.e AS e UNION ALL SELECT c.a, c.k + 1 "
+                 "FROM c AS c WHERE c.k < 2) SELECT c.a AS a, c.k AS k FROM c AS c", COLUMNS).items[0][1]
+    assert alone.materialized_parts() == ["__trickle_old", "__trickle_base_delta", "__trickle_removed",
+                                          "__trickle_added"]

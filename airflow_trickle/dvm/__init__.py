@@ -112,8 +112,10 @@ def materialize_recursions(env, node, versions, scratch: list[str]) -> None:
     Spark's recursion re-runs the inputs of its step at each iteration and inlines a CTE at
     each use: in one statement the change feeds were read at every iteration and the removal
     recursion run twice, 10-20x the cost of the recursion itself (measured on a 10,000-row org
-    chart: 12-24 s for the delta against 2 s for the whole recursion).  E's table at both
-    versions is one of the parts, so an iteration reads it from memory, not from Delta.
+    chart: 12-24 s for the delta against 2 s for the whole recursion).  When r_old is
+    recomputed, r_old and E's table at both versions are parts too
+    (:meth:`~airflow_trickle.dvm.recursive.Recursive.materialized_parts`), so the recursions'
+    iterations read E from memory instead of scanning Delta at each one.
     """
     from airflow_trickle.dvm.recursive import Recursive
 

@@ -143,29 +143,32 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
         return
     on_disk = _tables_on_disk(root)
     # Only what changed on disk since the last sync costs catalog calls: with many tables a
-    # full pass (a SHOW TABLES per database, an exists check per table) took a second.
+    # full pass (a SHOW TABLES per database, an exists check per table) took a second.  What
+    # appeared is checked name by name: an exists check costs a few milliseconds, while listing
+    # a database's tables runs Spark jobs and grows with the database (measured, 200 tables: a
+    # sync after one create 0.54-0.63 s by listing, 5-6 ms by name).
     seen = _seen_on_disk.setdefault((id(spark), root), set())
     appeared = [key for key in sorted(on_disk) if key not in seen]
-    if appeared:
-        registered = _registered_tables(spark, {key.split(".", 1)[0] for key in appeared})
-        for key in appeared:
-            database, table = key.split(".", 1)
-            if database not in registered:
-                spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
-                registered[database] = set()
-            if table and table not in registered[database]:
-                location = quote_string(on_disk[key])
-                try:
-                    spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION {location}")
-                except Exception:  # noqa: BLE001 - a table being created or dropped right now: next sync
-                    continue
-            seen.add(key)
+    databases: dict[str, bool] = {}  # database -> whether it existed before this sync
+    for key in appeared:
+        database, table = key.split(".", 1)
+        if database not in databases:
+            databases[database] = spark.catalog.databaseExists(database)
+            if not databases[database]:
+                spark.sql(f"CREATE DATABASE IF NOT EXISTS {_quoted(database)}")
+        if table and not (databases[database] and spark.catalog.tableExists(f"{_quoted(database)}.{_quoted(table)}")):
+            name, location = f"{_quoted(database)}.{_quoted(table)}", quote_string(on_disk[key])
+            try:
+                spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION {location}")
+            except Exception:  # noqa: BLE001 - a table being created or dropped right now: next sync
+                continue
+        seen.add(key)
     for key in sorted(seen - set(on_disk)):  # gone from disk since the last sync: dropped elsewhere
         seen.discard(key)
         database, table = key.split(".", 1)
         if table:
             try:
-                spark.sql(f"DROP TABLE IF EXISTS `{database}`.`{table}`")
+                spark.sql(f"DROP TABLE IF EXISTS {_quoted(database)}.{_quoted(table)}")
             except Exception:  # noqa: BLE001 - the name is unusable either way; the next sync retries
                 seen.add(key)
 
@@ -191,11 +194,8 @@ def _tables_on_disk(root: str) -> dict[str, str]:
     return on_disk
 
 
-def _registered_tables(spark, databases: set[str]) -> dict[str, set[str]]:
-    """The tables ``spark``'s catalog knows in each of ``databases`` that exists: one call each."""
-    existing = {db.name.lower() for db in spark.catalog.listDatabases()}
-    return {db: {t.name.lower() for t in spark.catalog.listTables(db) if not t.isTemporary}
-            for db in sorted(databases & existing)}
+def _quoted(identifier: str) -> str:
+    return "`" + identifier.replace("`", "``") + "`"
 
 
 def runtime_conf(config: TrickleConfig) -> dict[str, str]:

@@ -145,8 +145,8 @@ def collect_affected_groups(env, node, versions) -> None:
     candidates hold their delta: TPC-H q3 and q18 at SF 1, 28% and 35% faster (q10 the same);
     on the suite's tiny tables (SF 0.01) too, where the count's own Spark job might have
     outweighed it: q2, q3, q10, q18 and q21 refreshed in 36-39 s with the count, 40-41 s
-    without (two warm rounds each, one JVM).  Elsewhere the extra Spark job that counts the groups cost about what it saved (q4, q13,
-    q17: 1 to 9% slower), so it is not used there.
+    without (two warm rounds each, one JVM).  Elsewhere the extra Spark job that counts the
+    groups cost about what it saved (q4, q13, q17: 1 to 9% slower), so it is not used there.
     """
     from airflow_trickle.dvm.block import Block
     from airflow_trickle.sql.parse import DIALECT

@@ -156,10 +156,10 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
             databases[database] = spark.catalog.databaseExists(database)
             if not databases[database]:
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS {_quoted(database)}")
-        if table and not (databases[database] and spark.catalog.tableExists(f"{_quoted(database)}.{_quoted(table)}")):
-            name, location = f"{_quoted(database)}.{_quoted(table)}", quote_string(on_disk[key])
+        name = f"{_quoted(database)}.{_quoted(table)}"
+        if table and not (databases[database] and spark.catalog.tableExists(name)):
             try:
-                spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION {location}")
+                spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION {quote_string(on_disk[key])}")
             except Exception:  # noqa: BLE001 - a table being created or dropped right now: next sync
                 continue
         seen.add(key)

@@ -17,16 +17,17 @@ import pytest
 from airflow_trickle import Trickle
 from airflow_trickle.errors import TrickleError
 from airflow_trickle.spark import service as svc
-from tests.conftest import TEST_SETTINGS
+from tests.conftest import TEST_SETTINGS, TINY_TABLES_SPARK
 from tests.oracle import multiset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVICE_SETTINGS = {"shuffle_partitions": 2, "spark_conf": TINY_TABLES_SPARK}
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
     warehouse = str(tmp_path_factory.mktemp("service-warehouse"))
-    info = svc.start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
+    info = svc.start_detached(warehouse, port=0, master="local[2]", settings=SERVICE_SETTINGS)
     yield {"warehouse": warehouse, "info": info}
     svc.stop_service(warehouse)
 
@@ -226,8 +227,7 @@ def test_a_refresh_killed_with_the_service_is_exact_on_retry(home, monkeypatch):
     while svc.read_service(home["warehouse"]) is not None and time.monotonic() < deadline:
         time.sleep(0.2)  # the serve process notices its server died and removes its record
     assert svc.read_service(home["warehouse"]) is None
-    home["info"] = svc.start_detached(home["warehouse"], port=0, master="local[2]",
-                                      settings={"shuffle_partitions": 2})
+    home["info"] = svc.start_detached(home["warehouse"], port=0, master="local[2]", settings=SERVICE_SETTINGS)
     retry = client(home)
     result = retry.refresh_stream_table("crash.counts")
     assert result.status == "COMPLETED"

@@ -125,6 +125,11 @@ def main() -> int:
             tr.refresh_stream_table(f"tpch.{name}_{mode}")
     statements = tpch.refresh_functions(tr, cycle, updates=updates)
     cycles.write_text(str(cycle))
+    # The first read of a table after its change rebuilds Delta's snapshot state of the new
+    # version (cached from then on): read every source once here, so that none of the three
+    # timed refreshes of the first query to read it pays for that alone.
+    for table in tpch.TABLES:
+        tr.sql(f"SELECT COUNT(*) FROM tpch.{table}").collect()
     print(f"changes ({args.changes}) applied: {len(statements)} statements, after one untimed cycle\n", flush=True)
     print(f"{'query':6} {'DIFF s':>7} {'ours s':>7} {'plan s':>7} {'commit s':>9} {'jobs':>5} {'FULL s':>7} {'plain s':>8} "
           f"{'FULL/DIFF':>10} {'plain/DIFF':>11}  rows", flush=True)

@@ -36,6 +36,8 @@ SPARK_MODES = ("classic", "connect")
 #: alternating per cycle: a cycle's refreshes 198.5 / 202.0 s with it, 179.4 / 171.5 s without).
 TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
                      "spark.databricks.delta.stats.skipping": "false"}
+#: The settings of a Spark service a test starts (``start_detached(..., settings=...)``).
+SERVICE_SETTINGS = {"shuffle_partitions": 2, "spark_conf": TINY_TABLES_SPARK}
 TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,
                  "differential_max_time_ratio": 1e9,
                  "spark_conf": TINY_TABLES_SPARK}
@@ -154,7 +156,7 @@ class Sparks:
             if mode == "connect":
                 from airflow_trickle.spark.service import start_detached
 
-                service = start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2, "spark_conf": TINY_TABLES_SPARK})
+                service = start_detached(warehouse, port=0, master="local[2]", settings=SERVICE_SETTINGS)
                 trickle = Trickle(warehouse=warehouse, remote=service.address, **TEST_SETTINGS)
             else:
                 trickle = Trickle(warehouse=warehouse, spark_master="local[2]", **TEST_SETTINGS)

@@ -17,11 +17,10 @@ import pytest
 from airflow_trickle import Trickle
 from airflow_trickle.errors import TrickleError
 from airflow_trickle.spark import service as svc
-from tests.conftest import TEST_SETTINGS, TINY_TABLES_SPARK
+from tests.conftest import SERVICE_SETTINGS, TEST_SETTINGS
 from tests.oracle import multiset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SERVICE_SETTINGS = {"shuffle_partitions": 2, "spark_conf": TINY_TABLES_SPARK}
 
 
 @pytest.fixture(scope="module")

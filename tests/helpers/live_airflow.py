@@ -120,16 +120,18 @@ class LiveAirflow:
                 for name in self.processes}
 
     def _token(self) -> str | None:
+        """A login token, or None while the API server is not answering yet (not listening, or
+        listening but too busy to answer: on two loaded cores its first answer took over 5 s)."""
         try:
             response = self.session.post(f"{self.base}/auth/token", json=dict(zip(("username", "password"), ADMIN)),
-                                         timeout=5)
-        except requests.ConnectionError:
+                                         timeout=30)
+        except (requests.ConnectionError, requests.Timeout):
             return None
         return response.json()["access_token"] if response.ok else None
 
     def api(self, method: str, path: str, **kwargs) -> dict:
         if "Authorization" not in self.session.headers:  # one login for every request
-            self.session.headers["Authorization"] = f"Bearer {self._token()}"
+            self.session.headers["Authorization"] = f"Bearer {until(self._token, 180, 'a login token')}"
         response = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
         response.raise_for_status()
         return response.json()

@@ -33,9 +33,15 @@ SPARK_MODES = ("classic", "connect")
 #: the parallel collector costs less CPU than G1 on 2 cores (measured: a refresh 4.3 s -> 3.0 s);
 #: and Delta's data skipping, which parses every file's statistics at planning to skip files of
 #: tables that have one or two, is off (the 22 TPC-H stream tables at SF 0.01 in one JVM,
-#: alternating per cycle: a cycle's refreshes 198.5 / 202.0 s with it, 179.4 / 171.5 s without).
+#: alternating per cycle: a cycle's refreshes 198.5 / 202.0 s with it, 179.4 / 171.5 s without);
+#: and code generation is off: Spark compiles Java for nearly every distinct statement (Janino,
+#: ~20 ms each on the driver, about 80 compiles per TPC-H refresh and its check) to run it over a
+#: few rows, where interpreting them costs nothing (one JVM per variant, the test's TPC-H cycle:
+#: 216.6 s and 3,481 compiles with code generation, 166.8 s and 77 without).  The product keeps
+#: Spark's defaults; the example, the benchmarks and the service's own defaults run them.
 TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
-                     "spark.databricks.delta.stats.skipping": "false"}
+                     "spark.databricks.delta.stats.skipping": "false",
+                     "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 #: The settings of a Spark service a test starts (``start_detached(..., settings=...)``).
 SERVICE_SETTINGS = {"shuffle_partitions": 2, "spark_conf": TINY_TABLES_SPARK}
 TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,

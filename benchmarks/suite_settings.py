@@ -39,7 +39,6 @@ def run_one(spark_conf: dict, cycles: int) -> list[dict]:
     """The workload in this process; one record per phase."""
     from airflow_trickle import Trickle
     from tests import tpch
-    from tests.oracle import both_multisets
 
     warehouse = tempfile.mkdtemp(prefix="trickle-suite-settings-")
     tr = Trickle(warehouse=warehouse, spark_master="local[2]", **dict(TEST_SETTINGS, spark_conf=spark_conf))
@@ -62,18 +61,12 @@ def run_one(spark_conf: dict, cycles: int) -> list[dict]:
     database = "tpch_oracle"
     tpch.load(tr, 0.01, Path(warehouse) / "tpch-data", database)
     phase("load")
-    queries = {f"{database}.{name}": tpch.for_database(sql, database) for name, sql in tpch.queries().items()}
-    for name, sql in queries.items():
-        tr.create_stream_table(name, sql, refresh_mode="DIFFERENTIAL", schedule=None)
+    stream_tables = tpch.create_differential(tr, database)
     phase("create 22")
     for cycle in range(cycles):
         tpch.refresh_functions(tr, cycle, database)
         phase(f"cycle {cycle}: refresh functions")
-        for name, sql in queries.items():
-            result = tr.refresh_stream_table(name)
-            assert (result.status, result.action) == ("COMPLETED", "DIFFERENTIAL"), (name, result)
-            stored, wanted = both_multisets(tr.read(name), tr.sql(sql))
-            assert stored == wanted, f"{name} differs from its query"
+        tpch.refresh_and_check(tr, stream_tables, cycle)
         phase(f"cycle {cycle}: 22 refreshes + checks")
     tr.close()
     return phases

@@ -38,7 +38,7 @@ SPARK_MODES = ("classic", "connect")
 #: ~20 ms each on the driver, about 80 compiles per TPC-H refresh and its check) to run it over a
 #: few rows, where interpreting them costs nothing (``benchmarks/suite_settings.py``, the TPC-H
 #: test: 383.8 s, 4,140 compiles with code generation; 328.4 s, 145 without).  The product keeps
-#: Spark's defaults; the example, the benchmarks and the service's own defaults run them.
+#: Spark's defaults, and the example and the product's benchmarks run with them.
 TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
                      "spark.databricks.delta.stats.skipping": "false",
                      "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}

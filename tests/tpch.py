@@ -3,7 +3,8 @@ through refresh functions RF1 (new orders with their line items), RF2 (orders de
 their line items) and an update batch (quantities, prices, and segments, flags and priorities
 that move rows between groups).
 
-Used by ``tests/test_tpch.py`` (scale factor 0.01, one cycle) and ``benchmarks/tpch.py``.  Data
+Used by ``tests/test_tpch.py`` (scale factor 0.01, one cycle), ``benchmarks/tpch.py`` and
+``benchmarks/suite_settings.py``.  Data
 comes from ``tpchgen-cli`` (installed with the test extras) as Parquet, loaded into Delta tables
 with their change feeds on.  The queries are ``tests/dvm/tpch/queries.sql`` as written (q18's
 unaliased ``SUM(l_quantity)`` is stored as Spark names it, ``sum(l_quantity)``), except that
@@ -18,6 +19,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.oracle import both_multisets
 
 QUERIES = Path(__file__).resolve().parent / "dvm" / "tpch" / "queries.sql"
 TABLES = ("region", "nation", "part", "supplier", "partsupp", "customer", "orders", "lineitem")
@@ -109,3 +112,25 @@ def refresh_functions(tr, cycle: int, database: str = "tpch", *, updates: bool =
     for statement in statements:
         tr.sql(statement)
     return statements
+
+
+def create_differential(tr, database: str) -> dict[str, str]:
+    """The 22 queries over ``database`` as DIFFERENTIAL stream tables ``database.q1`` … ``q22``;
+    their names and queries."""
+    made = {f"{database}.{name}": for_database(sql, database) for name, sql in queries().items()}
+    for name, sql in made.items():
+        tr.create_stream_table(name, sql, refresh_mode="DIFFERENTIAL", schedule=None)
+        assert tr.get(name).effective_mode == "DIFFERENTIAL", name
+    return made
+
+
+def refresh_and_check(tr, made: dict[str, str], cycle: int) -> None:
+    """Refresh each stream table of ``made`` once: every refresh must be DIFFERENTIAL and leave
+    the table equal to its query."""
+    for name, sql in made.items():
+        result = tr.refresh_stream_table(name)
+        assert (result.status, result.action) == ("COMPLETED", "DIFFERENTIAL"), (cycle, name, result)
+        stored, wanted = both_multisets(tr.read(name), tr.sql(sql))
+        assert stored == wanted, (f"cycle {cycle}: {name} differs from its query: "
+                                  f"missing {[r for r in wanted if r not in stored][:3]}, "
+                                  f"extra {[r for r in stored if r not in wanted][:3]}")

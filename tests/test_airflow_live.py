@@ -33,8 +33,17 @@ def live(tr, db, warehouse, service, tmp_path) -> dict:
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT "):])
-    assert "error" not in result, json.dumps(result, indent=1)
+    assert "error" not in result, failure_report(result)
     return result
+
+
+def failure_report(result: dict) -> str:
+    """What went wrong, the most telling last (a CI log may keep only a report's tail): the
+    processes' log tails, the tasks' warnings and errors, the events, every run's task states,
+    the error."""
+    order = ("logs", "task_log_problems", "events", "states", "error")
+    return "\n".join(f"{key}: {json.dumps(result[key], indent=1)}" for key in (
+        *(k for k in result if k not in order), *order) if key in result)
 
 
 def test_a_manual_run_does_not_wait_for_a_scheduled_run_in_flight(live, tr, db):

@@ -5,8 +5,9 @@ DAG on its own ticks while a manual run is triggered; what happened, printed as 
 
 ``DATABASE.src`` must exist in the warehouse (the Spark service at the address serves it).
 
-1. writes a project of two stream tables over ``DATABASE.src``, ``a`` and ``b``, both every
-   minute, whose tasks write their notes through the API server;
+1. writes a project of two stream tables over ``DATABASE.src``, ``a`` and ``b``, both every ten
+   minutes (the first scheduled run starts at once; the next would come after the test), whose
+   tasks write their notes through the API server;
 2. holds ``a``'s refresh lock, as a long refresh of ``a`` by another run would;
 3. starts Airflow; the DAG is unpaused at creation, so the scheduler starts a scheduled run at
    once. Waits until that run's ``a`` task is running (waiting for the lock) and ``b`` is done;
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -38,7 +40,7 @@ project: live
 warehouse: {warehouse}
 sources: [{db}.src]
 defaults:
-  schedule: 1m
+  schedule: 10m
   refresh_mode: DIFFERENTIAL
 settings:
   differential_max_change_ratio: 1000.0
@@ -79,6 +81,12 @@ class LiveAirflow:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN[0]}:admin,{NOTER[0]}:op",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            # a task's calls to the API server (start, heartbeats, end) wait up to 5 s by default;
+            # on two cores loaded by the suite's Spark JVMs the server's answers took longer (the
+            # test's own login did), and a task whose start or heartbeats time out is killed or
+            # left half-started -- Airflow's tolerance of a slow server, not what this test is about
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
+            "AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS": "10",
             "AIRFLOW_CONN_TRICKLE_SPARK": json.dumps({"conn_type": "spark_connect", "host": host, "port": port}),
             "AIRFLOW_CONN_TRICKLE_NOTES": json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": self.port,
                                                       "login": NOTER[0], "password": NOTER[1]}),
@@ -118,6 +126,27 @@ class LiveAirflow:
     def logs_tail(self, lines: int = 15) -> dict[str, str]:
         return {name: "\n".join((self.home / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
                 for name in self.processes}
+
+    def states(self) -> dict[str, dict]:
+        """Every run and its task instances as Airflow's database holds them -- read from the
+        database itself, so a failure report does not depend on a busy API server."""
+        with sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True, timeout=30) as db:
+            runs = db.execute("SELECT run_id, run_type, state, start_date, end_date FROM dag_run ORDER BY id").fetchall()
+            tasks = db.execute("SELECT run_id, task_id, state, try_number, start_date, end_date "
+                               "FROM task_instance").fetchall()
+        return {run_id: {"type": run_type, "state": state, "start": start, "end": end,
+                         "tasks": {t: f"{s} (try {n}, {b} .. {e})" for r, t, s, n, b, e in tasks if r == run_id}}
+                for run_id, run_type, state, start, end in runs}
+
+    def task_log_problems(self, lines: int = 6) -> dict[str, list[str]]:
+        """The last warning and error lines of every task log: why a task failed or was killed."""
+        found = {}
+        for log in sorted((self.home / "logs").glob(f"dag_id={DAG_ID}/run_id=*/task_id=*/*.log")):
+            bad = [line[:400] for line in log.read_text(errors="replace").splitlines()
+                   if '"level":"error"' in line or '"level":"warning"' in line]
+            if bad:
+                found[str(log.relative_to(self.home / "logs"))] = bad[-lines:]
+        return found
 
     def _token(self) -> str | None:
         """A login token, or None while the API server is not answering yet (not listening, or
@@ -206,9 +235,14 @@ def main(workdir: str, warehouse: str, spark_address: str, db: str) -> None:
                         "note": runs[run_id].get("note"), "tasks": airflow.tasks(run_id)}
         out["a_log_wait"] = airflow.task_log_lines(scheduled, a_task, "being refreshed by another run")
         out["manual_a_log_note"] = airflow.task_log_lines(manual, a_task, "note")  # why a note is missing, should it be
-    except Exception as err:  # the test prints what Airflow said
+    except Exception as err:  # the test prints what Airflow said and did
         out["error"] = f"{type(err).__name__}: {err}"
-        out["logs"] = airflow.logs_tail()
+        for key, report in (("logs", airflow.logs_tail), ("task_log_problems", airflow.task_log_problems),
+                            ("states", airflow.states)):
+            try:
+                out[key] = report()
+            except Exception as failed:  # noqa: BLE001 - a report that cannot be made says why
+                out[key] = f"{type(failed).__name__}: {failed}"
     finally:
         airflow.stop()
     print("RESULT " + json.dumps(out, default=str))

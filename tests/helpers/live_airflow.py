@@ -118,10 +118,14 @@ class LiveAirflow:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
 
+    def task_logs(self, run_id: str = "*", task_id: str = "*") -> list[Path]:
+        """The log files of a task's tries (by default, of every task of every run)."""
+        return sorted((self.home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/*.log"))
+
     def task_log_lines(self, run_id: str, task_id: str, containing: str) -> list[str]:
         """The lines of the task's logs (every try) that contain ``containing``."""
-        logs = sorted((self.home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/*.log"))
-        return [line for log in logs for line in log.read_text(errors="replace").splitlines() if containing in line]
+        return [line for log in self.task_logs(run_id, task_id)
+                for line in log.read_text(errors="replace").splitlines() if containing in line]
 
     def logs_tail(self, lines: int = 15) -> dict[str, str]:
         return {name: "\n".join((self.home / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
@@ -141,7 +145,7 @@ class LiveAirflow:
     def task_log_problems(self, lines: int = 6) -> dict[str, list[str]]:
         """The last warning and error lines of every task log: why a task failed or was killed."""
         found = {}
-        for log in sorted((self.home / "logs").glob(f"dag_id={DAG_ID}/run_id=*/task_id=*/*.log")):
+        for log in self.task_logs():
             bad = [line[:400] for line in log.read_text(errors="replace").splitlines()
                    if '"level":"error"' in line or '"level":"warning"' in line]
             if bad:

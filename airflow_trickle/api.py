@@ -65,6 +65,16 @@ class Trickle:
             sync_warehouse_tables(self._spark, self.warehouse)
         return self._spark
 
+    @property
+    def engine(self):
+        """The Spark session behind the seam the refresh path uses (``spark/engine.py``)."""
+        from airflow_trickle.spark.engine import SparkEngine
+
+        spark = self.spark
+        if getattr(self, "_engine", None) is None or self._engine.spark is not spark:
+            self._engine = SparkEngine(spark)
+        return self._engine
+
     def close(self) -> None:
         """Stop this object's Spark session (over Connect: release it; the service keeps running)."""
         if self._spark is not None:
@@ -179,7 +189,7 @@ class Trickle:
 
         tables = {st.name: st for st in self.catalog.list()}
         graph = build_graph([(d.source_name, d.st_name) for d in self.catalog.dependencies()], stream_tables=tables)
-        atomic = {n for n, st in tables.items() if st.options.get("diamond_consistency") == "atomic"}
+        atomic = {n for n, st in tables.items() if st.options.is_atomic}
         epochs = {g.name: g for g in self.catalog.groups()}
         found = [(g, "atomic") for g in consistency_groups(graph, atomic=atomic) if g.convergence_points]
         grouped = {m for g, _ in found for m in g.members}
@@ -189,7 +199,7 @@ class Trickle:
         for group, consistency in found:
             name = group_name(group.members)
             state = epochs.get(name)
-            policies = {tables[p].options.get("diamond_schedule_policy", "fastest") for p in group.convergence_points}
+            policies = {tables[p].options.schedule_policy for p in group.convergence_points}
             result.append({"name": name, "members": group.members, "convergence_points": group.convergence_points,
                            "consistency": consistency, "schedule_policy": "slowest" if "slowest" in policies
                            else "fastest", "epoch": state.epoch if state else 0,

@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 
 from airflow.sdk import DAG, Asset, Param, TaskGroup, get_parsing_context
 
-from airflow_trickle.operators.refresh import StreamTableRefreshOperator, StreamTableSelectionOperator
+from airflow_trickle.operators.refresh import StreamTableRefreshOperator
+from airflow_trickle.operators.selection import StreamTableSelectionOperator
 from airflow_trickle.model import RunMode
 from airflow_trickle.planning import table_choices
 from airflow_trickle.project import Project, load_project
@@ -110,7 +111,7 @@ def maintenance_dag(project: Project | str | os.PathLike) -> DAG:
 
     :func:`stream_table_dag` makes it beside the refresh DAG when the schedule is set (it is
     off by default); a separate DAG, so that its cadence is Airflow's to keep."""
-    from airflow_trickle.operators.refresh import StreamTableMaintenanceOperator
+    from airflow_trickle.operators.maintenance import StreamTableMaintenanceOperator
 
     if not isinstance(project, Project):
         project = load_project(project)

@@ -15,7 +15,6 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.qualify import qualify
 
-from airflow_trickle.config import FULL_REFRESH_WRITES
 from airflow_trickle.errors import (
     AlreadyExistsError,
     CycleError,
@@ -24,7 +23,7 @@ from airflow_trickle.errors import (
     UnsupportedConstructError,
 )
 from airflow_trickle.graph import build_graph, cycle_members
-from airflow_trickle.model import RefreshMode
+from airflow_trickle.model import RefreshMode, SourceType
 from airflow_trickle.names import HIDDEN_PREFIX, DEFAULT_DATABASE, qualify_name, split_name
 from airflow_trickle.schedule import Schedule, parse_schedule
 from airflow_trickle.sql.parse import (
@@ -47,7 +46,7 @@ class SourceInfo:
     """A table a stream table reads, as seen at definition time."""
 
     name: str
-    kind: str  # TABLE | STREAM_TABLE
+    kind: SourceType
     columns: list[tuple[str, str]]  # visible (name, Spark type) pairs
 
     @property
@@ -73,46 +72,11 @@ class Definition:
     blockers: list[str] = field(default_factory=list)
 
 
-def _positive_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+def check_options(options, *, stream_table: str):
+    """The options, parsed and checked (:meth:`~airflow_trickle.options.TableOptions.parse`)."""
+    from airflow_trickle.options import TableOptions
 
-
-def _flag(value) -> bool:
-    return isinstance(value, bool) or str(value).lower() in ("true", "false", "1", "0", "yes", "no", "on", "off")
-
-
-#: The per-table options a stream table accepts: what each holds, and its check.
-OPTIONS = {
-    "diamond_consistency": ("'none' or 'atomic'", lambda v: v in ("none", "atomic")),
-    "diamond_schedule_policy": ("'fastest' or 'slowest'", lambda v: v in ("fastest", "slowest")),
-    "freshness_seconds": ("a positive number of seconds", _positive_number),
-    "differential_max_change_ratio": ("a positive number", _positive_number),
-    "differential_max_touched_ratio": ("a positive number", _positive_number),
-    "differential_max_time_ratio": ("a positive number", _positive_number),
-    "full_refresh_write": ("'auto', 'merge' or 'overwrite'", lambda v: v in FULL_REFRESH_WRITES),
-    "strict": ("true or false", _flag),
-}
-
-
-def check_options(options: dict | None, *, stream_table: str) -> dict:
-    """The options, checked: an unknown key (a typo would silently do nothing) or a bad value is
-    refused with the accepted keys or values."""
-    from airflow_trickle.errors import DefinitionError
-
-    if options is None:
-        return {}
-    if not isinstance(options, dict):
-        raise DefinitionError(f"options must be a mapping of option names to values, not {options!r}",
-                              stream_table=stream_table)
-    unknown = sorted(str(key) for key in options if key not in OPTIONS)
-    if unknown:
-        raise DefinitionError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
-                              stream_table=stream_table, hint=f"the options are {', '.join(OPTIONS)}")
-    for key, value in options.items():
-        wanted, accepts = OPTIONS[key]
-        if not accepts(value):
-            raise DefinitionError(f"option {key!r} must be {wanted}, not {value!r}", stream_table=stream_table)
-    return dict(options)
+    return TableOptions.parse(options, stream_table=stream_table)
 
 
 def schema_fingerprint(columns: list[tuple[str, str]]) -> str:
@@ -168,7 +132,7 @@ def analyze(
     for source in source_names(ast):
         if source in stream_tables:
             columns = _visible_columns(spark, source)
-            sources[source] = SourceInfo(source, "STREAM_TABLE", columns)
+            sources[source] = SourceInfo(source, SourceType.STREAM_TABLE, columns)
             continue
         if not table_exists(spark, source):
             raise UnknownSourceError(f"the defining query reads unknown table '{source}'", stream_table=qualified)
@@ -178,7 +142,7 @@ def analyze(
                 stream_table=qualified,
                 hint="stream tables read their sources at exact Delta versions; convert it with CONVERT TO DELTA",
             )
-        sources[source] = SourceInfo(source, "TABLE", _visible_columns(spark, source))
+        sources[source] = SourceInfo(source, SourceType.TABLE, _visible_columns(spark, source))
 
     graph = build_graph(edges + [(s, qualified) for s in sources], stream_tables=list(stream_tables) + [qualified])
     members = cycle_members(graph, qualified)  # only a cycle through this definition is its business
@@ -189,7 +153,7 @@ def analyze(
     if members:
         _check_monotone_cycle(qualified, ast, members, queries or {})
 
-    hidden = {s.name: [c for c, _ in s.columns] for s in sources.values() if s.kind == "STREAM_TABLE"}
+    hidden = {s.name: [c for c, _ in s.columns] for s in sources.values() if s.kind == SourceType.STREAM_TABLE}
     output_columns = _analyze_output(spark, pin_sources(ast, {}, hidden), qualified)
     ast = name_outputs(ast, [column for column, _ in output_columns])  # `SUM(x)` keeps Spark's name, sum(x)
 

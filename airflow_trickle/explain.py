@@ -12,9 +12,11 @@ from airflow_trickle.deltalog import latest_version
 def explain(env, st) -> dict:
     """Operator tree, strategy, the SQL a refresh would run now, and how much of each window and
     aggregate the pending change reaches (counted; nothing is written)."""
-    from airflow_trickle.dvm import differential_merge, source_columns
+    from airflow_trickle.dvm.base import Unsupported
+    from airflow_trickle.dvm.delta_plan import plan_refresh
     from airflow_trickle.dvm.planner import plan
-    from airflow_trickle.refresh.apply import full_refresh_sql
+    from airflow_trickle.refresh.writers import full_refresh_sql
+    from airflow_trickle.refresh.differential import refresh_versions, source_columns
     from airflow_trickle.refresh.local_merge import describe as describe_commit
 
     current = {d.source_name: latest_version(d.source_location) for d in env.catalog.dependencies(st.name)}
@@ -34,7 +36,10 @@ def explain(env, st) -> dict:
         # the delta of a refresh that would consume every source's latest change
         probe = {name: version - 1 if version > 0 else 0 for name, version in current.items()}
         probe_st = _with_frontier(st, probe)
-        delta_sql, why_not = differential_merge(env, probe_st, current)
+        try:  # the MERGE as planned, before a refresh learns anything (a top-K's boundary, say)
+            delta_sql, why_not = plan_refresh(probe_st, refresh_versions(env, probe_st, current, columns)).apply_sql(), None
+        except Unsupported as err:
+            delta_sql, why_not = None, f"cannot maintain differentially: {err}"
         cost = _time_rule(env, st)
         lines.append(f"  cost, measured: {cost}")
         commit = describe_commit(st.location, env.config.local_commit_max_rows)
@@ -56,15 +61,15 @@ def _pending(env, st, root, current: dict[str, int], columns: dict[str, list[str
     reaches (what the next refresh recomputes), counted, and explain's lines for them."""
     from pyspark.errors import PySparkException
 
-    from airflow_trickle.dvm import pending_versions
     from airflow_trickle.dvm.pending import scopes
+    from airflow_trickle.refresh.differential import refresh_versions
 
     if set(st.frontier) != set(current):
         return [], []
     if st.frontier == current:
         return [], ["  pending change: none (the next refresh finds no data)"]
     found, lines = [], ["  pending change (frontier to newest versions), recomputed by the next refresh:"]
-    for scope in scopes(root, pending_versions(env, st, current, columns)):
+    for scope in scopes(root, refresh_versions(env, st, current, columns)):
         sql = scope.count_sql()
         try:
             count = 1 if sql is None else env.spark.sql(sql).first()[0]
@@ -82,12 +87,13 @@ def _pending(env, st, root, current: dict[str, int], columns: dict[str, list[str
 
 def _time_rule(env, st) -> str:
     """What the cost model's time rule knows of the table's refreshes and would do next."""
-    from airflow_trickle.refresh.apply import is_strict, recent_times, table_setting
+    from airflow_trickle.refresh.apply import recent_times
     from airflow_trickle.refresh.cost import describe_times
 
-    if is_strict(st):
+    if st.options.is_strict:
         return "strict: the delta runs whatever it costs"
-    return describe_times(recent_times(env, st), max_time_ratio=table_setting(env, st, "differential_max_time_ratio"))
+    return describe_times(recent_times(env, st),
+                          max_time_ratio=st.options.ratio("differential_max_time_ratio", env.config))
 
 
 _STRATEGY_TEXT = {

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from urllib.parse import unquote
 
 from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.model import Action, Outcome
+from airflow_trickle.model import Action, CdcMode, Outcome, RefreshMode
 
 log = logging.getLogger(__name__)
 
@@ -162,12 +162,12 @@ def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, war
 
     frontier = st.frontier.get(src.source)
     name = st.name
-    if st.effective_mode != "DIFFERENTIAL":
+    if st.effective_mode != RefreshMode.DIFFERENTIAL:
         return ReaderHealth(name, frontier, OK, "refreshed FULL: needs no change feed")
     if frontier is None:
         return ReaderHealth(name, None, OK, "not populated yet: its first refresh reads the source whole")
     if frontier >= src.latest_version:
-        note = "" if src.change_feed or dep.cdc_mode != "cdf" else " (but the change feed is off)"
+        note = "" if src.change_feed or dep.cdc_mode != CdcMode.CDF else " (but the change feed is off)"
         status = OK if not note else AT_RISK
         return ReaderHealth(name, frontier, status, f"up to date: nothing unread{note}")
     needed = frontier + 1
@@ -180,7 +180,7 @@ def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, war
                             f"of {src.source} are gone (vacuumed), e.g. {missing[0]}: the next refresh runs FULL")
     since = commit_time(commits.get(needed)) or now
     time_left = min(since + src.deleted_file_retention, since + src.log_retention) - now
-    if dep.cdc_mode == "cdf" and not src.change_feed:
+    if dep.cdc_mode == CdcMode.CDF and not src.change_feed:
         return ReaderHealth(name, frontier, AT_RISK, f"the change data feed of {src.source} is off: refreshes "
                             "recompute instead of applying changes", time_left)
     unread = f"{src.latest_version - frontier} unread version(s) since {since:%Y-%m-%d %H:%M} UTC"

@@ -14,9 +14,10 @@ import uuid
 
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.catalog.model import utcnow
+from airflow_trickle.options import TableOptions
 from airflow_trickle.definition import Definition, analyze, check_options, check_static, mode_choice
 from airflow_trickle.errors import DefinitionError, StreamTableNotFoundError, UnsupportedConstructError
-from airflow_trickle.model import CdcMode, RefreshMode, Status, StorageLayout
+from airflow_trickle.model import CdcMode, RefreshMode, SourceType, Status, StorageLayout
 from airflow_trickle.names import qualify_name, quote_name
 from airflow_trickle.refresh import refresh_stream_table
 from airflow_trickle.repair import definition_properties, record_definition
@@ -104,7 +105,7 @@ def prepare_change_feeds(env, definition: Definition) -> dict[str, CdcMode]:
     """
     modes = {}
     for source in definition.sources.values():
-        if source.kind == "STREAM_TABLE":
+        if source.kind == SourceType.STREAM_TABLE:
             modes[source.name] = CdcMode.CDF
             continue
         if env.config.cdc_mode == CdcMode.SNAPSHOT or definition.effective_mode == RefreshMode.FULL:
@@ -118,7 +119,7 @@ def prepare_change_feeds(env, definition: Definition) -> dict[str, CdcMode]:
 
 
 def _location(env, source) -> str:
-    if source.kind == "STREAM_TABLE":
+    if source.kind == SourceType.STREAM_TABLE:
         return env.get(source.name).location
     return table_location(env.spark, source.name)
 
@@ -196,7 +197,7 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
             if status == Status.ACTIVE:
                 row.consecutive_errors = 0
         if options:
-            row.options = {**row.options, **options}
+            row.options = row.options.merged(options)
 
     altered = env.catalog.update(qualified, change)
     if schedule is not UNSET or new_mode is not None or options:
@@ -235,7 +236,7 @@ def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None) ->
     return env.get(st.name)
 
 
-def stream_table_row(definition: Definition, options: dict) -> StreamTable:
+def stream_table_row(definition: Definition, options: TableOptions) -> StreamTable:
     return StreamTable(
         name=definition.name,
         st_id=uuid.uuid4().hex,
@@ -247,7 +248,7 @@ def stream_table_row(definition: Definition, options: dict) -> StreamTable:
         mode_reason=definition.mode_reason,
         output_columns=[c for c, _ in definition.output_columns],
         storage=StorageLayout(strategy=None, blockers=list(definition.blockers)),
-        options=dict(options or {}),
+        options=options or TableOptions(),
     )
 
 

@@ -94,6 +94,13 @@ class Status(Choice):
     ERROR = "ERROR"
 
 
+class SourceType(Choice):
+    """What a stream table reads: a base table, or another stream table (read at its refreshes)."""
+
+    TABLE = "TABLE"
+    STREAM_TABLE = "STREAM_TABLE"
+
+
 class CdcMode(Choice):
     """How a source's changes are read."""
 

@@ -29,7 +29,7 @@ def freshness_targets(catalog) -> dict[str, timedelta | None]:
     periods = effective_periods(graph, {st.name: st.schedule for st in tables})
     targets = {}
     for st in tables:
-        explicit = (st.options or {}).get("freshness_seconds")
+        explicit = st.options.freshness_seconds
         period = periods.get(st.name)
         targets[st.name] = (timedelta(seconds=float(explicit)) if explicit
                             else period * FRESHNESS_FACTOR if period else None)
@@ -94,7 +94,7 @@ def operator_tree(catalog, name: str) -> list[str]:
     Delta logs (what ``explain`` shows first, without Spark); ``[]`` for a FULL table."""
     from deltalake import DeltaTable
 
-    from airflow_trickle.dvm import columns_of_sources
+    from airflow_trickle.refresh.differential import columns_of_sources
     from airflow_trickle.dvm.planner import plan
 
     st = catalog.get(name)

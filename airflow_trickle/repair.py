@@ -24,7 +24,7 @@ from datetime import datetime
 
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.model import StorageLayout
+from airflow_trickle.model import CdcMode, RefreshMode, StorageLayout
 from airflow_trickle.names import quote_name, quote_string
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,27 @@ _DEFINED = ("name", "st_id", "defining_query", "original_query", "schedule", "re
             "mode_reason", "output_columns", "options")
 
 
+def _defined(st: StreamTable, key: str):
+    """A definition field of ``st`` as a definition record holds it (plain JSON values)."""
+    return st.options.to_dict() if key == "options" else getattr(st, key)
+
+
+def _recorded(record: dict, key: str):
+    """A definition field as a stored record holds it, options in their checked form (a record
+    an older version wrote may spell ``strict: "yes"`` where the catalog now holds ``True``)."""
+    from airflow_trickle.options import TableOptions
+
+    if key == "options":
+        try:
+            return TableOptions.parse(record.get(key), stream_table=record.get("name")).to_dict()
+        except Exception:  # noqa: BLE001 - unreadable options differ from any checked ones
+            return record.get(key)
+    return record.get(key)
+
+
 def definition_record(st: StreamTable, dependencies: list[Dependency]) -> dict:
     """The part of ``st``'s catalog rows that cannot be recomputed from the data: a JSON-able dict."""
-    record = {key: getattr(st, key) for key in _DEFINED}
+    record = {key: _defined(st, key) for key in _DEFINED}
     record["storage"] = st.storage.to_dict()
     record["created_at"] = st.created_at.isoformat() if st.created_at else None
     # the definition id is the catalog's own bookkeeping: a rebuilt catalog draws a new one
@@ -251,7 +269,7 @@ def _check_source(st: StreamTable, dep: Dependency) -> list[Finding]:
         findings.append(Finding(st.name, "ERROR", f"its frontier has version {consumed} of {dep.source_name}, "
                                 f"which is only at version {newest} (the source was replaced?)",
                                 f"trickle refresh {st.name} --mode REINITIALIZE"))
-    if dep.cdc_mode == "cdf" and st.effective_mode == "DIFFERENTIAL":
+    if dep.cdc_mode == CdcMode.CDF and st.effective_mode == RefreshMode.DIFFERENTIAL:
         configuration = table_configuration(where)
         if str(configuration.get("delta.enableChangeDataFeed", "false")).lower() != "true":
             findings.append(Finding(st.name, "WARNING", f"the change data feed of {dep.source_name} is off: "
@@ -295,7 +313,7 @@ def repair(env, *, from_storage: bool = False) -> list[dict]:
         if dependencies and not edges.get(name):
             env.catalog.replace(current, dependencies)
             actions.append({"stream_table": name, "action": "rebuilt dependency rows from storage"})
-        if from_storage and any(found.record.get(k) != getattr(current, k) for k in _DEFINED):
+        if from_storage and any(_recorded(found.record, k) != _defined(current, k) for k in _DEFINED):
             _take_definition(env, current, st)
             actions.append({"stream_table": name, "action": "took the storage table's definition"})
         if found.newest is not None and found.newest["seq"] > current.refresh_seq:
@@ -313,7 +331,7 @@ def repair(env, *, from_storage: bool = False) -> list[dict]:
 
 def _differing(record: dict, st: StreamTable) -> list[str]:
     """The definition fields (its id aside) on which a stored record and a catalog row disagree."""
-    return [key for key in _DEFINED if key != "st_id" and record.get(key) != getattr(st, key)]
+    return [key for key in _DEFINED if key != "st_id" and _recorded(record, key) != _defined(st, key)]
 
 
 def _take_definition(env, current: StreamTable, stored: StreamTable) -> None:

@@ -100,16 +100,11 @@ def _remove_location(spark, location: str) -> None:
     filesystem with the embedded session or the local Spark service); a remote one through
     Hadoop where a classic session offers it.  Over Spark Connect to a remote store the
     metastore's managed ``DROP TABLE`` already removed them."""
-    from airflow_trickle.spark.session import local_path, is_connect
+    from airflow_trickle.spark.engine import SparkEngine
+    from airflow_trickle.spark.session import local_path
 
     local = local_path(location)
     if local:
         shutil.rmtree(local, ignore_errors=True)
         return
-    if is_connect(spark):
-        return
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(location)
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
-    if fs.exists(path):
-        fs.delete(path, True)
+    SparkEngine(spark).remove_path(location)

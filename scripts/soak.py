@@ -64,7 +64,7 @@ def file_counts(location: str) -> tuple[int, int, int]:
 
 
 def report(tr, cycle: int) -> dict[str, tuple[int, int, int]]:
-    from airflow_trickle.catalog.store import TABLES
+    from airflow_trickle.catalog.tables import TABLES
 
     counts = {"storage": file_counts(tr.get(NAME).location)}
     for table in TABLES:

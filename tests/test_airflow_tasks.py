@@ -66,7 +66,8 @@ def test_refresh_task_ends_without_spark_records_the_miss_and_notifies(tr, strea
 
 
 def test_refresh_task_refuses_bad_parameters_and_a_missing_spark_connection(tr, stream_table):
-    from airflow_trickle.operators.refresh import StreamTableRefreshOperator, StreamTableSelectionOperator
+    from airflow_trickle.operators.refresh import StreamTableRefreshOperator
+    from airflow_trickle.operators.selection import StreamTableSelectionOperator
 
     name, project = stream_table
     task = StreamTableRefreshOperator(task_id="st", project=project, stream_tables=[name])

@@ -7,6 +7,7 @@ import pytest
 
 from airflow_trickle.errors import CycleError, DefinitionError, RefreshError, UnsupportedConstructError
 from airflow_trickle.refresh import refresh_stream_table
+from airflow_trickle.spark.engine import SparkEngine
 from tests.conftest import rows, visible
 
 pytestmark = pytest.mark.both_spark_modes
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.both_spark_modes
 
 def oracle(tr, name: str) -> list[tuple]:
     """The stream table's defining query at its frontier versions."""
-    from airflow_trickle.refresh.apply import pinned_query_sql
+    from airflow_trickle.refresh.full import pinned_query_sql
 
     st = tr.get(name)
     return rows(tr.spark.sql(pinned_query_sql(tr, st, st.frontier)))
@@ -149,7 +150,8 @@ def test_a_concurrent_commit_conflict_is_retried(tr, db):
                 raise ConcurrentAppendException("Files were added by a concurrent update")
             return tr.spark.sql(text)
 
-    env = SimpleNamespace(spark=FlakySpark(), catalog=tr.catalog, config=tr.config)
+    flaky = FlakySpark()
+    env = SimpleNamespace(spark=flaky, engine=SparkEngine(flaky), catalog=tr.catalog, config=tr.config)
     tr.config.retry_backoff_seconds, backoff = 0.01, tr.config.retry_backoff_seconds
     try:
         result = refresh_stream_table(env, name)

@@ -22,7 +22,7 @@ def _row(name: str) -> StreamTable:
 
 
 def _worker(root: str, worker: int, start, conflicts) -> None:
-    from airflow_trickle.catalog import store
+    from airflow_trickle.catalog import tables as store
 
     is_conflict = store._is_conflict
 

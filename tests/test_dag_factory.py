@@ -141,7 +141,7 @@ def test_a_maintenance_schedule_adds_a_maintenance_dag_beside_the_refresh_dag(tm
     import yaml
     from airflow.dag_processing.dagbag import DagBag
 
-    from airflow_trickle.operators.refresh import StreamTableMaintenanceOperator
+    from airflow_trickle.operators.maintenance import StreamTableMaintenanceOperator
 
     data = yaml.safe_load(EXAMPLE.read_text())
     for entry in data["stream_tables"]:

@@ -28,8 +28,6 @@ def assert_matches(tr, name, query):
      "RIGHT JOIN after another join"),
     ("SELECT cid, COUNT(*) AS n, rank() OVER (ORDER BY COUNT(*)) AS r FROM {db}.o GROUP BY cid",
      "window function over an aggregate"),
-    ("SELECT cid FROM {db}.o INTERSECT ALL SELECT id FROM {db}.c", "INTERSECT ALL"),
-    ("SELECT cid FROM {db}.o EXCEPT ALL SELECT id FROM {db}.c", "EXCEPT ALL"),
     ("SELECT o.id FROM {db}.o o WHERE o.cid NOT IN (SELECT c.id FROM {db}.c c WHERE c.id > o.amount)",
      "correlated NOT IN"),
     ("SELECT o.id, (SELECT c.region FROM {db}.c c WHERE c.id = o.cid) AS r FROM {db}.o o", "without a single aggregate"),
@@ -50,12 +48,12 @@ def test_differential_rejects_what_it_cannot_maintain_at_create_time(tr, db, que
 def test_auto_takes_full_and_says_why(tr, db):
     make_sources(tr, db)
     name = f"{db}.auto"
-    query = f"SELECT cid FROM {db}.o INTERSECT ALL SELECT id FROM {db}.c"
+    query = f"SELECT o.id, c.region FROM {db}.o o LEFT JOIN {db}.c c ON o.cid > c.id"
     st = tr.create_stream_table(name, query, refresh_mode="AUTO")
-    assert st.effective_mode == "FULL" and "INTERSECT ALL" in st.mode_reason
+    assert st.effective_mode == "FULL" and "LEFT JOIN without an equality" in st.mode_reason
     tr.sql(f"INSERT INTO {db}.o VALUES (100, 3, 1)")
     result = tr.refresh_stream_table(name)
-    assert result.action == "FULL" and "INTERSECT ALL" in result.reason
+    assert result.action == "FULL" and "LEFT JOIN without an equality" in result.reason
     assert_matches(tr, name, query)
     assert tr.create_stream_table(f"{db}.auto_ok", f"SELECT id FROM {db}.o", refresh_mode="AUTO").effective_mode == "DIFFERENTIAL"
 
@@ -353,3 +351,21 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
                 feeds[how] = multiset(tr.sql(
                     f"SELECT {columns}, _change_type FROM table_changes('{name}', {newest.version}, {newest.version})"))
             assert feeds["local"] == feeds["spark"], kind
+
+
+def test_a_refresh_plans_once(tr, db, monkeypatch):
+    """The DVM plans a refresh once (``dvm/delta_plan.py``); the refresh layer executes that plan --
+    here a top-K over an aggregate: its groups counted, its candidates and boundary probed, its MERGE."""
+    from airflow_trickle.dvm import planner
+
+    make_sources(tr, db)
+    name = f"{db}.planned"
+    query = f"SELECT cid, SUM(amount) AS s FROM {db}.o GROUP BY cid ORDER BY s DESC, cid LIMIT 2"
+    tr.create_stream_table(name, query)
+    tr.sql(f"INSERT INTO {db}.o VALUES (100, 3, 1)")
+    calls = []
+    real = planner.plan
+    monkeypatch.setattr(planner, "plan", lambda *args, **kwargs: calls.append(args) or real(*args, **kwargs))
+    result = tr.refresh_stream_table(name)
+    assert result.action == "DIFFERENTIAL" and len(calls) == 1
+    assert_matches(tr, name, query)

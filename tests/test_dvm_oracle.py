@@ -46,11 +46,14 @@ def test_scan_filter_project_union_all_and_top_k(tr, db, caplog):
         "top_groups": "SELECT cid, SUM(amount) AS total, COUNT(*) AS n FROM {db}.o GROUP BY cid "
                       "ORDER BY total DESC, cid LIMIT 2",
         "top_offset": "SELECT k, v FROM {db}.x ORDER BY 2, 1 LIMIT 2 OFFSET 1",
+        # dual counts: min(l, r) and max(l - r, 0) copies of each row, NULLs equal
+        "intersect_all": "SELECT cid, amount FROM {db}.o INTERSECT ALL SELECT k, v FROM {db}.x",
+        "except_all": "SELECT amount FROM {db}.o EXCEPT ALL SELECT v FROM {db}.x",
     })
     drive(load, tables)
     # Scripted: a row entering the top 3 is applied from the stored rows plus the delta; deleting
     # the first row makes the query read beyond the stored boundary.
-    caplog.set_level(logging.INFO, logger="airflow_trickle.dvm")
+    caplog.set_level(logging.INFO, logger="airflow_trickle.refresh")
     caplog.clear()  # what the random batches logged (they may delete a top row) is not this step's
     top = f"{db}.top_rows"
     tr.sql(f"INSERT INTO {db}.o VALUES (900, 1, 1000000, 1.00)")
@@ -138,6 +141,10 @@ def test_outer_join_subquery_set_operation_window_and_generator_deltas(tr, db):
         "above_average": "SELECT o.id, o.amount FROM {db}.o o WHERE o.amount > (SELECT AVG(amount) FROM {db}.o)",
         "intersect": "SELECT cid, amount FROM {db}.o INTERSECT SELECT k, v FROM {db}.x",
         "except": "SELECT cid FROM {db}.o EXCEPT SELECT id FROM {db}.c EXCEPT SELECT k FROM {db}.x",
+        "except_all_counted": "SELECT e.cid, COUNT(*) AS n FROM (SELECT cid FROM {db}.o EXCEPT ALL SELECT id FROM {db}.c "
+                              "EXCEPT ALL SELECT k FROM {db}.x) AS e GROUP BY e.cid",
+        "intersect_all_joined": "SELECT i.k, c.region FROM (SELECT cid AS k FROM {db}.o INTERSECT ALL SELECT k FROM {db}.x) AS i "
+                                "JOIN {db}.c c ON c.id = i.k",
         "union_of_three": "SELECT cid FROM {db}.o UNION SELECT id FROM {db}.c UNION SELECT k FROM {db}.x",
         "ranked": "SELECT id, cid, amount, RANK() OVER (PARTITION BY cid ORDER BY amount) AS r, "
                   "DENSE_RANK() OVER (PARTITION BY cid ORDER BY amount DESC) AS dr FROM {db}.o",

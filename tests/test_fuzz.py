@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_trickle import Trickle
-from airflow_trickle.definition import OPTIONS
+from airflow_trickle.options import OPTION_NAMES as OPTIONS
 from airflow_trickle.errors import TrickleError
 from airflow_trickle.planning import RUN_PARAMETERS, Selection, select
 from airflow_trickle.project import define_project, project_from_dict

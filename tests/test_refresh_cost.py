@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_trickle.deltalog import insert_only_commits
-from airflow_trickle.dvm.apply import differential_merge_sql
+from airflow_trickle.dvm.delta_plan import plan_refresh
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.model import StorageLayout
@@ -112,7 +112,7 @@ def test_insert_only_commits_reads_the_delta_log(tmp_path):
 
 def _stream_table(name, query, output, storage):
     return SimpleNamespace(name=name, defining_query=query, output_columns=output,
-                           storage=StorageLayout.from_dict(storage))
+                           storage=StorageLayout.from_dict(storage), frontier={"s.f": 3}, refresh_seq=1)
 
 
 def test_linear_aggregate_merge_advances_state_in_the_merge_without_reading_the_target():
@@ -122,7 +122,7 @@ def test_linear_aggregate_merge_advances_state_in_the_merge_without_reading_the_
                         "state": [["__trickle_count", "bigint"], ["__trickle_n1", "bigint"],
                                   ["__trickle_s1", "bigint"]]})
     versions = Versions(old={"s.f": 3}, new={"s.f": 5}, columns=columns, use_cdf={"s.f": True}, consolidate=False)
-    sql = differential_merge_sql(st, versions, columns)
+    sql = plan_refresh(st, versions).apply_sql()
     source = sql.split(" USING (", 1)[1].rsplit(") AS s ON", 1)[0]
     assert "`s`.`agg`" not in source  # the storage table is read only by the MERGE's own join
     assert source.lower().count("table_changes('s.f', 4, 5)") == 1  # one read of the change feed

@@ -84,7 +84,7 @@ def test_the_cli_works_through_the_running_service(home):
 def test_the_maintenance_task_works_through_the_service(home, monkeypatch):
     """The maintenance DAG's task (``airflow.maintenance``), run as Airflow runs it over a
     ``spark_connect`` connection: it maintains the project's tables that exist, in this process."""
-    from airflow_trickle.operators.refresh import StreamTableMaintenanceOperator
+    from airflow_trickle.operators.maintenance import StreamTableMaintenanceOperator
     from airflow_trickle.project import define_project
 
     host, port = home["info"].host_port

@@ -5,7 +5,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 
-from airflow_trickle.model import StorageLayout
+from airflow_trickle.model import CdcMode, StorageLayout
+from airflow_trickle.options import TableOptions
 
 
 def _schemas():
@@ -78,6 +79,8 @@ class _Row:
         row = asdict(self)
         if isinstance(getattr(self, "storage", None), StorageLayout):
             row["storage"] = self.storage.to_dict()
+        if isinstance(getattr(self, "options", None), TableOptions):
+            row["options"] = self.options.to_dict()
         for key in _JSON_FIELDS & row.keys():
             row[key] = None if row[key] is None else json.dumps(row[key], sort_keys=True)
         return row
@@ -124,8 +127,8 @@ class StreamTable(_Row):
     location: str | None = None
     #: How rows are stored: identity, apply strategy, hidden state columns.
     storage: StorageLayout = field(default_factory=StorageLayout)
-    #: Per-table settings (diamond consistency, freshness target, ...).
-    options: dict = field(default_factory=dict)
+    #: Per-table settings (diamond consistency, freshness target, ...), checked.
+    options: TableOptions = field(default_factory=TableOptions)
     last_refresh_at: datetime | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
@@ -134,6 +137,10 @@ class StreamTable(_Row):
     #: written before the id existed, whose dependency rows have none either.
     definition_id: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.options, TableOptions):
+            self.options = TableOptions.parse(self.options, stream_table=self.name)
+
 
 @dataclass
 class Dependency(_Row):
@@ -141,11 +148,11 @@ class Dependency(_Row):
 
     st_name: str
     source_name: str
-    source_type: str  # TABLE | STREAM_TABLE
+    source_type: str  # a SourceType: TABLE | STREAM_TABLE
     #: Location of the source's Delta table, for reading its version without Spark.
     source_location: str | None = None
     columns_used: list[str] | None = None
-    cdc_mode: str = "snapshot"
+    cdc_mode: str = CdcMode.SNAPSHOT  # a CdcMode
     schema_fingerprint: str | None = None
     #: The ``definition_id`` of the stream-table row this edge belongs to.
     definition_id: str | None = None

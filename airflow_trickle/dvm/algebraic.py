@@ -184,7 +184,7 @@ def _algebraic_merge(st, block: Block, versions: Versions, types: dict[str, str]
         rescan.set("expressions", [exp.maybe_parse(block.group_hash_sql(), dialect=DIALECT).as_("__rid")] + [
             exp.maybe_parse(f"{fn}({agg_args[i].sql(DIALECT)})", dialect=DIALECT).as_(f"__r{i}")
             for i, fn in extremes.items()])
-        rescan_sql = block.render(block.restricted(keys, rescan, scalar_too=True),
+        rescan_sql = block.render(block.restricted(versions, keys, rescan, scalar_too=True),
                                   [n.state(versions, "new") for _, n in block.items]).sql(DIALECT)
         joined += f" LEFT JOIN ({rescan_sql}) AS r ON r.__rid = {group_hash(['d.' + g for g in group_names])}"
     merged = f"SELECT d.*, {rid} AS __rid, {', '.join(advanced)} FROM {joined}"

@@ -13,15 +13,11 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from airflow_trickle.dvm.algebraic import _aggregate_state, _algebraic_merge
-from airflow_trickle.dvm.bag import _bag_merge
-from airflow_trickle.dvm.base import Unsupported, Versions
+from airflow_trickle.dvm.algebraic import _aggregate_state
+from airflow_trickle.dvm.base import Versions
 from airflow_trickle.dvm.block import Block
 from airflow_trickle.dvm.planner import plan
-from airflow_trickle.dvm.recompute import _recompute_merge
-from airflow_trickle.dvm.recursive import read_old_from_storage
 from airflow_trickle.dvm.sqltext import with_identity as _with_identity
-from airflow_trickle.dvm.topk import TopK
 from airflow_trickle.model import Identity, StateRole, StorageLayout, Strategy
 from airflow_trickle.sql.parse import DIALECT
 
@@ -63,46 +59,7 @@ def keyed_full_sql(block: Block, versions: Versions, state_exprs: list[tuple[str
     return block.render(select, [n.state(versions, which) for _, n in block.items]).sql(DIALECT)
 
 
-def full_source_sql(st, versions: Versions, columns: dict[str, list[str]]) -> str:
-    """Rows (with identity and state) of a keyed stream table at ``versions.new``, for FULL."""
+def full_source_sql(st, columns: dict[str, list[str]], current: dict[str, int]) -> str:
+    """Rows (with identity and state) of a keyed stream table at ``current``, for FULL."""
     block = plan(st.defining_query, columns)
-    return keyed_full_sql(block, versions, st.storage.state_exprs)
-
-
-def top_k_of(st, columns: dict[str, list[str]]) -> TopK | None:
-    """The planned query of a top-K stream table (its boundary is probed before the commit),
-    None for any other query."""
-    node = plan(st.defining_query, columns)
-    return node if isinstance(node, TopK) else None
-
-
-def differential_merge_sql(st, versions: Versions, columns: dict[str, list[str]], *,
-                           beyond_boundary: bool = False, candidates: str | None = None, prepare=None) -> str:
-    """The one MERGE that applies the change of ``versions`` to stream table ``st``.
-
-    ``beyond_boundary``: a top-K's new rows are recomputed from the query instead of taken from
-    the stored rows plus the delta (a row left the top k; see ``topk.py``); ``candidates``
-    names a relation already holding the stored rows plus the delta.  ``prepare(node)`` runs on
-    the planned tree before the statement is built (a refresh computes parts of it once).
-    """
-    node = plan(st.defining_query, columns)
-    strategy = st.storage.strategy or Strategy.BAG
-    visible = st.output_columns
-    if strategy == Strategy.BAG:
-        read_old_from_storage(node, st.name, visible)
-    if prepare is not None:
-        prepare(node)
-    if isinstance(node, TopK):
-        if strategy != Strategy.BAG:
-            raise Unsupported("stored as keyed but the query is a top-K; REINITIALIZE it")
-        delta_sql = node.delta_against(st.name, versions, beyond_boundary=beyond_boundary,
-                                       candidates=candidates)
-        return _bag_merge(st.name, visible, delta_sql, st.storage.dup_type)
-    if strategy == Strategy.BAG:
-        return _bag_merge(st.name, visible, node.delta_sql(versions), st.storage.dup_type)
-    if not (isinstance(node, Block) and node.is_aggregate):
-        raise Unsupported("stored as keyed but the query has no aggregate at the top; REINITIALIZE it")
-    types = dict(st.storage.columns)
-    if strategy == Strategy.ALGEBRAIC:
-        return _algebraic_merge(st, node, versions, types)
-    return _recompute_merge(st, node, versions)
+    return keyed_full_sql(block, Versions(old=current, new=current, columns=columns), st.storage.state_exprs)

@@ -10,7 +10,7 @@ render them as Spark SQL).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sqlglot
 from sqlglot import exp
@@ -41,7 +41,8 @@ class Unsupported(Exception):
 
 
 class Versions:
-    """Source versions a delta is computed between, and how to read each source's changes."""
+    """Source versions a delta is computed between, how to read each source's changes, and what
+    a refresh has computed already of the delta (``bound``)."""
 
     old: dict[str, int]
     new: dict[str, int]
@@ -49,6 +50,24 @@ class Versions:
     use_cdf: dict[str, bool] = field(default_factory=dict)
     #: Consolidate each source's change rows (a GROUP BY per source); the appliers do not need it.
     consolidate: bool = True
+    #: Facts a refresh computed before its applying statement (``refresh/differential.py``),
+    #: keyed by the operator they belong to: the groups an aggregate's input delta touches
+    #: (:meth:`known_groups`) and the views holding parts of a recursive CTE's delta
+    #: (:meth:`view_of`).  The operator tree itself is never changed after planning.
+    bound: dict = field(default_factory=dict, compare=False)
+
+    def bind(self, node: "Node", what: str, value) -> "Versions":
+        """These versions with ``value`` known for ``what`` of ``node`` (a new object)."""
+        return replace(self, bound={**self.bound, (id(node), what): value})
+
+    def known_groups(self, node: "Node") -> list[tuple] | None:
+        """The groups an aggregate's input delta touches, as ``(hash, value of each GROUP BY
+        expression)``, when a refresh counted them and found them few; None: not known."""
+        return self.bound.get((id(node), "groups"))
+
+    def view_of(self, node: "Node", part: str) -> str | None:
+        """The view a refresh computed ``part`` of ``node``'s delta into, if it did."""
+        return self.bound.get((id(node), part))
 
     def changed(self, name: str) -> bool:
         return self.old.get(name) != self.new.get(name)
@@ -82,8 +101,19 @@ class Node:
     def delta_sql(self, v: Versions) -> str:
         return self.delta(v).sql(DIALECT)
 
+    def children(self) -> list["Node"]:
+        """The operators this one reads (walked by :func:`operators`)."""
+        raise NotImplementedError
+
     def explain(self, depth: int = 0) -> list[str]:
         raise NotImplementedError
+
+
+def operators(node: Node):
+    """``node`` and every operator under it, outermost first."""
+    yield node
+    for child in node.children():
+        yield from operators(child)
 
 
 def parse_sql(sql: str) -> exp.Query:

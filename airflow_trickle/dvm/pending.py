@@ -41,7 +41,7 @@ class Scope:
 def scopes(node: Node, v: Versions) -> list[Scope]:
     """The scopes of every operator under ``node`` that the change from ``v.old`` to ``v.new``
     reaches, outermost first (an operator whose sources did not change recomputes nothing)."""
-    from airflow_trickle.dvm import operators
+    from airflow_trickle.dvm.base import operators
     from airflow_trickle.dvm.block import Block
 
     found: list[Scope] = []

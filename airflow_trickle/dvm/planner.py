@@ -15,6 +15,7 @@ from sqlglot import exp
 from airflow_trickle.dvm.base import ITEM, Node, Unsupported
 from airflow_trickle.dvm.block import Block, JoinKind, JoinStep
 from airflow_trickle.dvm.rewrites import SubqueryRefused, normalize
+from airflow_trickle.dvm.set_all import SetAll
 from airflow_trickle.dvm.scan import Scan
 from airflow_trickle.dvm.topk import SortKey, TopK
 from airflow_trickle.dvm.union import UnionAll
@@ -121,10 +122,18 @@ def _plan_query(query: exp.Expression, columns, database, ctes: dict[str, Node] 
             raise Unsupported("UNION")  # rewritten before; defensive
         left, right = (_plan_query(query.left, columns, database, ctes),
                        _plan_query(query.right, columns, database, ctes))
-        children = (left.children if isinstance(left, UnionAll) else [left]) + [right]
-        if any(len(c.columns) != len(left.columns) for c in children):
+        inputs = (left.inputs if isinstance(left, UnionAll) else [left]) + [right]
+        if any(len(c.columns) != len(left.columns) for c in inputs):
             raise Unsupported("UNION ALL of different column counts")
-        return UnionAll(children=children, columns=list(left.columns))
+        return UnionAll(inputs=inputs, columns=list(left.columns))
+    if isinstance(query, (exp.Intersect, exp.Except)):
+        if query.args.get("distinct"):
+            raise Unsupported(query.key.upper())  # rewritten before; defensive
+        left, right = (_plan_query(query.left, columns, database, ctes),
+                       _plan_query(query.right, columns, database, ctes))
+        if len(left.columns) != len(right.columns):
+            raise Unsupported(f"{query.key.upper()} ALL of different column counts")
+        return SetAll(left=left, right=right, intersect=isinstance(query, exp.Intersect))
     if isinstance(query, exp.Subquery):
         return _plan_query(query.this, columns, database, ctes)
     if not isinstance(query, exp.Select):

@@ -17,7 +17,7 @@ from airflow_trickle.sql.parse import DIALECT
 
 def _recompute_merge(st, block: Block, versions: Versions) -> str:
     keys = block.affected_groups_sql(versions)
-    fresh = block.render(_with_identity(block.restricted(keys), block),
+    fresh = block.render(_with_identity(block.restricted(versions, keys), block),
                          [n.state(versions, "new") for _, n in block.items]).sql(DIALECT)
     if not block.group:  # a scalar aggregate: its one row is recomputed
         keys = "SELECT xxhash64(0) AS __trickle_row_id"

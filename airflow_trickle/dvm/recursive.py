@@ -28,7 +28,7 @@ join or subquery.  Anything else is refused with its name (the table then refres
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -76,11 +76,12 @@ class Recursive(Node):
     #: A relation holding r at the old versions, when the stream table stores r itself (its
     #: rows then need no recursion from the base: see :func:`read_old_from_storage`).
     stored_old: str | None = None
-    #: Parts of the delta a refresh has computed already, by part name: their views.
-    views: dict[str, str] = field(default_factory=dict)
 
     def sources(self) -> set[str]:
         return self.base.sources() | (self.other.sources() if self.other else set())
+
+    def children(self) -> list[Node]:
+        return [self.base] + ([self.other] if self.other is not None else [])
 
     # -- rendering ----------------------------------------------------------------------------
 
@@ -138,9 +139,8 @@ class Recursive(Node):
         E's change only when the recursive term reads a table.  r at the old versions and E's
         table at both versions only when r_old is recursed (not read from the stream table):
         then E at the old versions feeds two recursions, and copying E once costs less than
-        scanning it at their iterations (an org chart aggregated by depth: 111 -> 64 Spark jobs,
-        ~30% faster); with r_old read from storage, copying E bought nothing (100,000 people:
-        5.49 s against 5.25 s) and cost a shallow graph's refresh ~0.5 s.
+        scanning it at their iterations; with r_old read from storage, copying E bought nothing
+        (``benchmarks/README.md``, "A recursive CTE", has both measurements).
         """
         skipped = set()
         if self.other is None:
@@ -158,13 +158,14 @@ class Recursive(Node):
 
         One WITH for all, each part named once: Spark (4.2) fails to plan a WITH nested in a
         CTE's definition (InlineCTE: "key not found").  A part computed already for this
-        refresh (``views``) is read from its view.
+        refresh (:meth:`Versions.view_of`) is read from its view.
         """
         parts = self._parts(v)
         recursive = False
         for index, (name, definition, is_recursive) in enumerate(parts):
-            if name in self.views:
-                parts[index] = (name, f"{name} AS (SELECT * FROM {self.views[name]})", False)
+            view = v.view_of(self, name)
+            if view is not None:
+                parts[index] = (name, f"{name} AS (SELECT * FROM {view})", False)
             else:
                 recursive |= is_recursive
         return f"WITH {'RECURSIVE ' if recursive else ''}{', '.join(d for _, d, _ in parts)}"
@@ -250,24 +251,25 @@ def _relation(rows: str | None, alias: str) -> exp.Expression:
     return exp.Table(this=exp.to_identifier(rows), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
 
 
-def read_old_from_storage(node: Node, stored: str, stored_columns: list[str]) -> None:
-    """When ``node`` is ``SELECT <r's columns> FROM r`` over a recursive CTE r, let r's delta
-    read its old rows from the stream table (``stored``, visible ``stored_columns``) instead of
-    recomputing the recursion at the old versions: the stored rows *are* r at the old frontier.
-    Anything else (a filter, other columns, an aggregate over r) leaves the node as it is."""
+def read_old_from_storage(node: Node, stored: str, stored_columns: list[str]) -> Node:
+    """``node``, or, when it is ``SELECT <r's columns> FROM r`` over a recursive CTE r, a copy
+    whose r reads its old rows from the stream table (``stored``, visible ``stored_columns``)
+    instead of recomputing the recursion at the old versions: the stored rows *are* r at the old
+    frontier.  Anything else (a filter, other columns, an aggregate over r) is returned as it is."""
     from airflow_trickle.dvm.block import Block
 
     if not (isinstance(node, Block) and len(node.items) == 1 and isinstance(node.items[0][1], Recursive)):
-        return
+        return node
     alias, recursive = node.items[0]
     template = node.template
     if node.is_aggregate or node.window_keys is not None or any(
             template.args.get(k) for k in ("where", "joins", "laterals", "having", "qualify", "distinct")):
-        return
+        return node
     projected = [e.this if isinstance(e, exp.Alias) else e for e in template.expressions]
     if not all(isinstance(e, exp.Column) and e.table in ("", alias) for e in projected) \
             or [e.name for e in projected] != recursive.columns or len(stored_columns) != len(recursive.columns):
-        return
+        return node
     renamed = ", ".join(f"`{s}` AS `{c}`" for s, c in zip(stored_columns, recursive.columns))
     db, table = stored.split(".", 1)
-    recursive.stored_old = f"(SELECT {renamed} FROM `{db}`.`{table}`) AS __stored"
+    reading_storage = replace(recursive, stored_old=f"(SELECT {renamed} FROM `{db}`.`{table}`) AS __stored")
+    return replace(node, items=[(alias, reading_storage)])

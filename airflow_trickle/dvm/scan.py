@@ -25,6 +25,9 @@ class Scan(Node):
     def sources(self) -> set[str]:
         return {self.name}
 
+    def children(self) -> list[Node]:
+        return []
+
     def _cols(self, prefix: str = "") -> str:
         return ", ".join(f"{prefix}`{c}`" for c in self.columns)
 

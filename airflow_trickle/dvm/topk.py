@@ -15,7 +15,7 @@ decided by a small probe query before the commit (:meth:`TopK.boundary_probe`).
 
 C is the expensive part (ΔQ of an aggregate over joins reads the sources' states), and both the
 probe and the commit read it: a refresh computes it once into a relation of its own (a local
-checkpoint, ``dvm.differential_merge``) and passes that relation's name as ``candidates``.
+checkpoint, ``refresh/differential.py``) and passes that relation's name as ``candidates``.
 
 With an OFFSET the first m rows are not stored, so the top k + m cannot be rebuilt from S: the
 top k is recomputed whenever a source changed.  ``LIMIT`` without ``ORDER BY`` is refused by
@@ -63,6 +63,9 @@ class TopK(Node):
 
     def sources(self) -> set[str]:
         return self.child.sources()
+
+    def children(self) -> list[Node]:
+        return [self.child]
 
     @property
     def scoped(self) -> bool:

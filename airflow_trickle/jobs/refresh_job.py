@@ -20,6 +20,7 @@ import sys
 
 from airflow_trickle.errors import DefinitionError, TrickleError
 from airflow_trickle.model import RunMode
+from airflow_trickle.options import TableOptions
 from airflow_trickle.project import StreamTableSpec
 
 RESULT_PREFIX = "TRICKLE_RESULT "
@@ -67,7 +68,8 @@ def ensure_stream_table(tr, spec: StreamTableSpec) -> bool:
             stream_table=spec.name,
             hint=f"changing it in place is not supported: run `trickle drop {spec.name} --cascade` "
                  "and the next run recreates it from the project")
-    if current.schedule != spec.schedule or any(current.options.get(k) != v for k, v in options.items()):
+    wanted = current.options.merged(TableOptions.parse(options, stream_table=spec.name))
+    if current.schedule != spec.schedule or wanted != current.options:
         tr.alter_stream_table(spec.name, schedule=spec.schedule, options=options)
     return False
 
@@ -140,9 +142,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_trickle.api import Trickle
     from airflow_trickle.config import TrickleConfig
+    from airflow_trickle.spark.engine import SparkEngine
 
     spark = SparkSession.builder.appName(f"airflow_trickle refresh {args.tables}").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    SparkEngine(spark).quiet_logs()
     config = TrickleConfig.from_env(warehouse=spec["warehouse"], **(spec.get("settings") or {}))
     tr = Trickle(spec["warehouse"], spark=spark, config=config)
     try:

@@ -1,43 +1,29 @@
-"""``StreamTableRefreshOperator``: refresh one stream table (or one atomic group) with Spark.
+"""``StreamTableRefreshOperator``: refresh one stream table (or one atomic group).
 
 Before any Spark is involved, the task answers what it can from the catalog and the Delta logs
 (milliseconds, no JVM): is the unit selected in this run, is it due, is its data stale, is
 there anything new beyond its frontier.  A unit with nothing to do ends as *skipped*; the tasks
 downstream run anyway (their trigger rule is ``none_failed``) and decide for themselves.
 
-Real work runs one of two ways, chosen by the project's ``spark`` section (or, by default, by
-the type of its Airflow connection):
-
-* **Spark Connect** (a ``spark_connect`` connection): the task runs the engine in its own
-  process against the long-lived Spark service (``trickle serve``) -- no JVM in the worker,
-  so a refresh costs its query, not a JVM start;
-* **spark-submit** (a ``spark`` connection, or ``submit: true``): the task submits
-  :mod:`airflow_trickle.jobs.refresh_job` through the Spark provider -- ``local[*]``, YARN,
-  Kubernetes or a standalone cluster, as the connection says.
+The work that needs Spark goes to :class:`~airflow_trickle.hooks.refresh_engine.StreamTableEngineHook`,
+which runs it over the Spark service or as a spark-submit job, as the connection says.  The
+refresh lock is :func:`~airflow_trickle.refresh.lock.refresh_lock`'s, the due check and the
+freshness target :mod:`~airflow_trickle.planning`'s.
 """
 from __future__ import annotations
 
-import json
-import sys
 import time
 from datetime import timedelta
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_trickle.model import RunMode
 from airflow_trickle.project import Project, RefreshUnit, load_project
 
-#: The Spark application every refresh task submits.
-JOB_FILE = str(Path(__file__).resolve().parent.parent / "jobs" / "refresh_job.py")
-#: Its driver's logging: warnings only, so the task log ends with the outcome, not Spark's INFO.
-QUIET_LOGGING = str(Path(JOB_FILE).with_name("log4j2-quiet.properties"))
 
-
-class StreamTableRefreshOperator(SparkSubmitOperator):
+class StreamTableRefreshOperator(BaseOperator):
     """Refresh ``stream_tables`` (one table, or an atomic group's members in order) of ``project``.
 
     :param project: a :class:`~airflow_trickle.project.Project` or the path of its YAML file.
@@ -45,26 +31,35 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
     :param check_schedule: scheduled runs skip a unit that is not due (manual runs never do).
     :param freshness_notifier: called with the task context (plus ``freshness_miss``) on a miss;
         a callable, an Airflow notifier instance, or the dotted path of either.
+    :param conn_id: the Airflow connection of the Spark service (``spark_connect``) or of
+        spark-submit (``spark``); default: the project's ``spark.conn_id``.
+    :param name: the Spark application's name when the refresh is submitted as a job.
     """
 
+    template_fields: Sequence[str] = ("conn_id", "name")
     ui_color = "#d9f2e6"
     custom_operator_name = "Stream table refresh"
 
     def __init__(self, *, project: Project | str, stream_tables: list[str], check_schedule: bool = True,
-                 freshness_notifier: Any = None, conn_id: str | None = None, **kwargs) -> None:
+                 freshness_notifier: Any = None, conn_id: str | None = None, name: str | None = None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
         self.project = project if isinstance(project, Project) else load_project(project)
-        spark = self.project.spark
-        kwargs.setdefault("name", f"trickle-{'+'.join(stream_tables)}"[:200])
-        for key in ("deploy_mode", "driver_memory", "executor_memory", "num_executors"):
-            if getattr(spark, key) is not None:
-                kwargs.setdefault(key, getattr(spark, key))
-        super().__init__(application=JOB_FILE, conn_id=conn_id or spark.conn_id, **kwargs)
         unknown = [n for n in stream_tables if n not in self.project.stream_tables]
         if unknown:
             raise ValueError(f"{unknown} are not stream tables of project {self.project.name!r}")
         self.stream_tables = list(stream_tables)
         self.check_schedule = check_schedule
         self.freshness_notifier = freshness_notifier or self.project.airflow.freshness_notifier
+        self.conn_id = conn_id or self.project.spark.conn_id
+        self.name = name or f"trickle-{'+'.join(stream_tables)}"[:200]
+
+    @property
+    def engine(self):
+        """Where the Spark work runs (``hooks/refresh_engine.py``)."""
+        from airflow_trickle.hooks.refresh_engine import StreamTableEngineHook
+
+        return StreamTableEngineHook(self.project, conn_id=self.conn_id, name=self.name)
 
     # -- the task -----------------------------------------------------------------------------
 
@@ -146,56 +141,9 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
             actions = sorted({o["action"] for o in outcomes.values()})
             raise AirflowSkipException(f"skipped: nothing to refresh ({', '.join(actions)}): "
                                        + "; ".join(f"{n}: {o['reason']}" for n, o in outcomes.items()))
-
-        if not self._submits():
-            outcomes.update(self._refresh_over_connect(project, unit, needing, selection.mode, tag))
-            self._emit_asset_events(context, outcomes)
-            return outcomes
-        args = ["--spec", json.dumps(project.to_job_spec(needing)), "--tables", ",".join(needing),
-                "--mode", selection.mode.value, "--initiated-by", tag]
-        if unit.is_group:
-            args += ["--group", json.dumps({"members": list(unit.members),
-                                            "convergence_points": list(unit.convergence_points)})]
-        started = utcnow() - timedelta(seconds=1)
-        self.log.info("refreshing %s in a Spark job (mode %s)", ", ".join(needing), selection.mode)
-        try:
-            self._submit(context, args)
-        except Exception as err:
-            failure = _newest_failure(hook, needing, started)
-            raise AirflowException(failure or f"refresh job for {', '.join(needing)} failed: {err}") from err
-        for name in needing:
-            outcomes[name] = _outcome(hook, name, started)
+        outcomes.update(self.engine.refresh(unit, needing, mode=selection.mode.value, initiated_by=tag))
         self._emit_asset_events(context, outcomes)
         return outcomes
-
-    def _submit(self, context, args: list[str]) -> None:
-        """spark-submit the job with ``args``, the project's Spark settings and this Python."""
-        self.application_args = args
-        self.conf = {**self._session_conf(), **(self.conf or {})}
-        self.env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-                         **(self.env_vars or {})}
-        SparkSubmitOperator.execute(self, context)
-
-    def _connect(self, project: Project):
-        """A :class:`~airflow_trickle.api.Trickle` over the Spark service of the connection
-        (an unreachable service fails the task with the library's message)."""
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-
-        from airflow_trickle.api import Trickle
-        from airflow_trickle.errors import TrickleError
-
-        address = SparkConnectHook(self._conn_id).get_connection_url()
-        self.log.info("working over Spark Connect at %s", address)
-        tr = Trickle(project.warehouse, remote=address, config=project.config())
-        try:
-            tr.sync()
-        except TrickleError as err:
-            tr.close()
-            raise AirflowException(str(err)) from None
-        except BaseException:
-            tr.close()
-            raise
-        return tr
 
     def _tolerance(self) -> timedelta:
         from airflow_trickle.schedule import parse_schedule
@@ -203,60 +151,6 @@ class StreamTableRefreshOperator(SparkSubmitOperator):
         tick = self.project.tick()
         period = parse_schedule(tick).nominal_period() if tick else None
         return period / 2 if period else timedelta(0)
-
-    def _session_conf(self) -> dict:
-        from airflow_trickle.spark.session import session_conf
-
-        conf = session_conf(self.project.config(), self.project.warehouse)
-        conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOGGING}")
-        if "://" in self.project.warehouse:  # a remote warehouse is the cluster's own setting
-            conf.pop("spark.sql.warehouse.dir", None)
-        return conf
-
-    def _submits(self) -> bool:
-        """True: spark-submit a job; False: run over Spark Connect (see the module docstring)."""
-        conn_type = self._connection().conn_type
-        submit = self.project.spark.submit
-        if submit is None:
-            return conn_type != "spark_connect"
-        if not submit and conn_type != "spark_connect":
-            raise AirflowException(f"spark.submit is false but connection {self._conn_id!r} is of type "
-                                   f"{conn_type!r}; refreshes over Spark Connect need a 'spark_connect' connection")
-        return submit
-
-    def _connection(self):
-        from airflow.sdk import BaseHook
-
-        try:
-            return BaseHook.get_connection(self._conn_id)
-        except Exception as err:  # noqa: BLE001 - the provider would silently fall back to YARN
-            raise AirflowException(
-                f"Spark connection {self._conn_id!r} is not defined ({err}); for the Spark service set "
-                f"AIRFLOW_CONN_{self._conn_id.upper()}='{{\"conn_type\": \"spark_connect\", \"host\": "
-                f"\"sc://127.0.0.1\", \"port\": 15002}}' (after `trickle serve`), or for spark-submit on local "
-                f"Spark '{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}'") from None
-
-    def _refresh_over_connect(self, project: Project, unit: RefreshUnit, names: list[str], mode: str,
-                              tag: str) -> dict[str, dict]:
-        """Run the refresh job's steps in this process, against the Spark service."""
-        from airflow_trickle.errors import TrickleError
-        from airflow_trickle.jobs.refresh_job import run
-
-        self.log.info("refreshing %s (mode %s)", ", ".join(names), mode)
-        group = ({"members": list(unit.members), "convergence_points": list(unit.convergence_points)}
-                 if unit.is_group else None)
-        tr = self._connect(project)
-        try:
-            results = run(tr, project.to_job_spec(names), names, mode=mode, initiated_by=tag, group=group)
-        except TrickleError as err:
-            raise AirflowException(str(err)) from None
-        finally:
-            tr.close()
-        outcomes = {}
-        for result in results:
-            name = result.pop("name")
-            outcomes[name] = {"table_version": _table_version(tr, name), **result}
-        return outcomes
 
     def _check_freshness(self, context, hook, rows: dict, now, tag: str) -> None:
         from airflow_trickle.planning import freshness_miss
@@ -368,107 +262,3 @@ def _initiated_by(context) -> str:
     run = context.get("dag_run")
     return (f"AIRFLOW {getattr(ti, 'dag_id', '?')}/{getattr(run, 'run_id', '?')}/"
             f"{getattr(ti, 'task_id', '?')}#{getattr(ti, 'try_number', 1)}")
-
-
-def _table_version(tr, name: str) -> int:
-    from airflow_trickle.deltalog import latest_version
-
-    return latest_version(tr.get(name).location)
-
-
-def _outcome(hook, name: str, started) -> dict:
-    """What the job did to ``name``: its newest history row since ``started``, and its table version."""
-    records = [r for r in hook.catalog.history(name, limit=5) if r.start_time and r.start_time >= started
-               and r.action != "FRESHNESS_MISS"]
-    outcome: dict[str, Any] = {"table_version": hook.table_version(name)}
-    if records:
-        record = records[0]
-        outcome.update(action=record.action, status=record.status, rows_inserted=record.rows_inserted,
-                       rows_deleted=record.rows_deleted, refresh_id=record.refresh_id, seq=record.seq)
-    return outcome
-
-
-def _newest_failure(hook, names: list[str], started) -> str | None:
-    for name in names:
-        for record in hook.catalog.history(name, limit=5):
-            if record.status == "FAILED" and record.start_time and record.start_time >= started:
-                return record.error_message
-    return None
-
-
-class StreamTableMaintenanceOperator(StreamTableRefreshOperator):
-    """OPTIMIZE and VACUUM the storage of every stream table of ``project`` and compact the
-    catalog (:mod:`airflow_trickle.maintain`), the way refreshes run (Spark service or
-    spark-submit).  It holds the tables' refresh locks meanwhile: a refresh waits rather than
-    racing a compaction (Delta would make one of the two retry).
-
-    :param retention_hours: the VACUUM retention (default: the project's
-        ``airflow.maintenance_retention_hours``, else each table's own); stretched for readers
-        that still need older files, never shortened below what they need.
-    """
-
-    ui_color = "#ece6f5"
-    custom_operator_name = "Stream table maintenance"
-
-    def __init__(self, *, project: Project | str, retention_hours: float | None = None, **kwargs) -> None:
-        project = project if isinstance(project, Project) else load_project(project)
-        kwargs.setdefault("name", f"trickle-maintenance-{project.name}"[:200])
-        super().__init__(project=project, stream_tables=list(project.stream_tables), check_schedule=False, **kwargs)
-        self.retention_hours = (project.airflow.maintenance_retention_hours if retention_hours is None
-                                else retention_hours)
-
-    def execute(self, context) -> list[dict]:
-        from airflow_trickle.errors import TrickleError
-        from airflow_trickle.jobs.refresh_job import maintain
-        from airflow_trickle.refresh.lock import refresh_lock
-
-        names = self.stream_tables
-        with refresh_lock(self.project.warehouse, names,
-                          on_wait=lambda name: self.log.info("%s is being refreshed; waiting for it", name)):
-            if self._submits():
-                retention = [] if self.retention_hours is None else ["--retention-hours", str(self.retention_hours)]
-                self._submit(context, ["--spec", json.dumps(self.project.to_job_spec(names)),
-                                       "--tables", ",".join(names), "--maintain", *retention])
-                return []  # the job printed what it did in the task log
-            tr = self._connect(self.project)
-            try:
-                done = maintain(tr, names, retention_hours=self.retention_hours)
-            except TrickleError as err:
-                raise AirflowException(str(err)) from None
-            finally:
-                tr.close()
-        for table in done:
-            self.log.info("%s: %s -> %s active files, retention %.1f h%s", table["table"],
-                          table["active_files_before"], table["active_files_after"], table["retained_hours"],
-                          f" ({table['note']})" if table["note"] else "")
-        return done
-
-
-class StreamTableSelectionOperator(BaseOperator):
-    """The first task of a generated DAG: checks the run's parameters and logs what will refresh.
-
-    The trigger form already refuses bad values; this task refuses them again (a run started
-    through the REST API or the CLI skips the form), so a bad run fails here, before any refresh.
-    """
-
-    ui_color = "#eeeeee"
-
-    def __init__(self, *, project: Project | str, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.project = project if isinstance(project, Project) else load_project(project)
-
-    def execute(self, context) -> dict:
-        from airflow_trickle.errors import TrickleError
-        from airflow_trickle.notes import write_run_note
-        from airflow_trickle.planning import select
-
-        manual = _is_manual(context)
-        try:
-            selection = select(self.project, _run_parameters(context), manual=manual)
-        except TrickleError as err:
-            raise AirflowException(f"refused: {err}") from None
-        tables = [n for n in self.project.stream_tables if n in selection.tables]
-        plan = f"{'manual' if manual else 'scheduled'} run: {', '.join(tables)} (mode {selection.mode})"
-        self.log.info("%s", plan)
-        write_run_note(self.project.airflow.notes_connection, context, plan)
-        return {"tables": tables, "mode": selection.mode.value, "forced": selection.forced}

@@ -10,6 +10,10 @@ The order of writes is what makes a refresh safe to kill at any point:
 A crash between 1 and 2 is repaired by the next refresh, which reads the frontier back from
 the storage table's newest refresh commit (``decide.recover_frontier``); a retried commit with
 the same refresh number is skipped by Delta.  Nothing is applied twice, nothing is lost.
+
+The action is made final by ``decide.py`` as the refresh learns more (a source's schema, the
+cost model's estimate, a delta that cannot be planned, a commit that failed); the DVM plans the
+delta once and ``differential.py`` executes the plan; ``writers.py`` says how rows reach storage.
 """
 from __future__ import annotations
 
@@ -19,22 +23,20 @@ from datetime import datetime
 
 from airflow_trickle.catalog import StreamTable
 from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.deltalog import has_no_data_files, latest_version, recorded_refreshes, row_count
-from airflow_trickle.errors import RefreshError
+from airflow_trickle.deltalog import latest_version, recorded_refreshes, row_count
+from airflow_trickle.dvm.base import Unsupported
 from airflow_trickle.model import Action, RefreshMode
-from airflow_trickle.names import quote_name
-from airflow_trickle.refresh.cost import (ObservedTimes, full_is_cheaper, observed_times, slower_than_full,
-                                          touched_rows_matter)
-from airflow_trickle.refresh.decide import change_estimate
-from airflow_trickle.refresh.failures import is_change_feed_unavailable, is_evaluation_error, short, with_retries
-from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
+from airflow_trickle.refresh.cost import ObservedTimes, observed_times
+from airflow_trickle.refresh.decide import (Decision, after_failure, after_schema_check, by_cost_model, change_estimate,
+                                            without_delta)
+from airflow_trickle.refresh.differential import drop_views, is_append, plan_differential, statement
+from airflow_trickle.refresh.failures import with_retries
 from airflow_trickle.refresh.local_merge import merge_locally
 from airflow_trickle.refresh.phases import PhaseClock
-from airflow_trickle.repair import definition_properties
+from airflow_trickle.refresh.schema import remember_source_schemas, source_schema_change
+from airflow_trickle.refresh.writers import choose_writer, full_writer
 from airflow_trickle.spark.delta import refresh_commit
-from airflow_trickle.sql.parse import DIALECT, parse_query
-from airflow_trickle.sql.rewrite import hoist_nested_ctes, pin_sources
-from airflow_trickle.storage import replace_storage_sql
+from airflow_trickle.sql.rewrite import hoist_nested_ctes
 
 log = logging.getLogger(__name__)
 
@@ -57,78 +59,49 @@ class Applied:
 
 
 def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str,
-                  data_timestamp, clock: PhaseClock | None = None, newest: dict | None = None) -> Applied:
+                  data_timestamp, clock: PhaseClock | None = None, newest: dict | None = None,
+                  reason: str | None = None) -> Applied:
     """Compute and commit the change for ``action``; then record the new state in the catalog.
 
     ``newest`` is the record of the storage table's newest refresh commit: the fan-out it
-    observed feeds the cost model.  The action may change on the way: to REINITIALIZE when a
-    source's schema changed the output, to FULL when the cost model or the delta says so.
+    observed feeds the cost model.  The action may change on the way, as ``decide.py`` says:
+    to REINITIALIZE when a source's schema changed the output, to FULL when the cost model or
+    the delta says so.
     """
-    from airflow_trickle.dvm import drop_scratch_views
-
     scratch: list[str] = []  # temporary views the commit reads (a top-K's candidates)
     try:
-        return _apply(env, st, action, current, refresh_id=refresh_id, data_timestamp=data_timestamp,
-                      clock=clock or PhaseClock(), newest=newest, scratch=scratch)
+        return _apply(env, st, Decision(Action(action), reason, current), refresh_id=refresh_id,
+                      data_timestamp=data_timestamp, clock=clock or PhaseClock(), newest=newest, scratch=scratch)
     finally:
-        drop_scratch_views(env, scratch)
+        drop_views(env, scratch)
 
 
-def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str, data_timestamp,
-           clock: PhaseClock, newest: dict | None, scratch: list[str]) -> Applied:
-    from airflow_trickle.dvm import differential_append, differential_merge
-
+def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_timestamp, clock: PhaseClock,
+           newest: dict | None, scratch: list[str]) -> Applied:
     seq = st.refresh_seq + 1
-    reason = None
-    merge_sql = None
-    appending = False
-    if action != Action.REINITIALIZE:
+    current, asked = decision.current, decision.action
+    if decision.action != Action.REINITIALIZE:
         with clock.phase("schema"):
-            changed = _source_schema_change(env, st)
+            changed = source_schema_change(env, st)
         if changed:
             env.catalog.update(st.name, lambda row: setattr(row, "needs_reinit", True))
-            action, reason = Action.REINITIALIZE, changed
+        decision = after_schema_check(decision, changed)
     with clock.phase("versions"):
         estimate = change_estimate(env.catalog, st, current, newest)
         # what the table's own refreshes took; not for a strict table, which asked for the delta
         # whatever it costs (a measured time, unlike an estimate, is no reason to refuse it)
-        observed = (recent_times(env, st)
-                    if action == Action.DIFFERENTIAL and estimate is not None and not is_strict(st) else None)
-    if action == Action.DIFFERENTIAL:
-        too_costly = estimate and full_is_cheaper(
-            estimate, max_change_ratio=table_setting(env, st, "differential_max_change_ratio"),
-            max_touched_ratio=(table_setting(env, st, "differential_max_touched_ratio")
-                               if touched_rows_matter(st.storage.strategy) else float("inf")))
-        if not too_costly and observed is not None:
-            too_costly = slower_than_full(estimate.changed_rows, observed,
-                                          max_time_ratio=table_setting(env, st, "differential_max_time_ratio"))
-        if too_costly and is_strict(st):
-            raise RefreshError(f"DIFFERENTIAL refused by the cost model: {too_costly}", stream_table=st.name,
-                               hint="the stream table is strict (options: strict); refresh it FULL, or drop the "
-                                    "option to let the cost model fall back to FULL")
+        observed = (recent_times(env, st) if decision.action == Action.DIFFERENTIAL and estimate is not None
+                    and not st.options.is_strict else None)
+    decision = by_cost_model(decision, st, estimate, observed, env.config)
+    delta_sql, appending = None, False
+    if decision.action == Action.DIFFERENTIAL:
         with clock.phase("plan"):
-            append_sql = None if too_costly else differential_append(env, st, current, scratch=scratch)
-            appending = append_sql is not None
-            merge_sql, fallback = ((append_sql, None) if appending else
-                                   (None, too_costly) if too_costly
-                                   else differential_merge(env, st, current, scratch=scratch))
-        if merge_sql is None:
-            if is_strict(st):
-                raise RefreshError(f"DIFFERENTIAL impossible: {fallback}", stream_table=st.name,
-                                   hint="the stream table is strict (options: strict); refresh it FULL")
-            action, reason = Action.FULL, fallback
-            log.info("%s: FULL instead of DIFFERENTIAL: %s", st.name, fallback)
-    replacing = action == Action.REINITIALIZE and _storage_changes(env, st)
-    # A FULL refresh into empty storage (the first population) has nothing to diff against: a
-    # plain INSERT writes the same rows without the MERGE's scans and joins.  Only a table the
-    # catalog has never seen populated is worth the log read (after a crash it may hold data).
-    filling = (merge_sql is None and not replacing and not st.is_populated
-               and has_no_data_files(st.location))
-    appending = appending or filling
-    # Any other FULL recompute replaces the stored rows in one INSERT OVERWRITE when no stream
-    # table reads this one's change feed (the diffing MERGE joins new and stored rows first).
-    overwriting = (merge_sql is None and not replacing and not filling and full_overwrites(env, st))
-    metadata = {"seq": seq, "frontier": current, "action": action, "refresh_id": refresh_id,
+            planned, why_not = _differential_sql(env, st, current, scratch)
+        if planned is None:
+            decision = without_delta(decision, st, why_not)
+        else:
+            delta_sql, appending = planned
+    metadata = {"seq": seq, "frontier": current, "action": decision.action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
     if estimate is not None:
         metadata["changed_rows"] = estimate.changed_rows
@@ -137,47 +110,29 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
 
     def commit(sql: str):
         with refresh_commit(env.spark, metadata=metadata, txn_app_id=txn_app_id, txn_version=seq):
-            return env.spark.sql(hoist_nested_ctes(sql)).first()
+            return env.engine.first(hoist_nested_ctes(sql))
 
-    def merge(sql: str):
-        """A small change through delta-rs where it applies, else Spark's MERGE."""
-        if estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows:
-            metrics = merge_locally(env.spark, st.location, sql, metadata=metadata, txn_app_id=txn_app_id,
-                                    txn_version=seq, max_rows=env.config.local_commit_max_rows)
-            if metrics is not False:
-                return metrics
-        return commit(sql)
+    def local_commit(sql: str):
+        """A small change through delta-rs where it applies (False: it does not)."""
+        return merge_locally(env.spark, st.location, sql, metadata=metadata, txn_app_id=txn_app_id,
+                             txn_version=seq, max_rows=env.config.local_commit_max_rows)
 
+    local = estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows
     try:
         with clock.phase("commit"):
-            if merge_sql:
-                sql = merge_sql
-            elif replacing:
-                sql = replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns, st.storage,
-                                          definition_properties(st, env.catalog.dependencies(st.name)))
-            elif filling:
-                sql = fill_storage_sql(env, st, current)
-            else:
-                sql = full_refresh_sql(env, st, current, overwrite=overwriting)
-            rewriting = replacing or overwriting  # every stored row goes
-            metrics = _committed(env, st, merge if merge_sql and not appending else commit, sql, refresh_id,
-                                 inserting=appending or rewriting, rewriting=rewriting)
-    except Exception as err:  # noqa: BLE001 - only an unreadable change feed or a change-row error is recovered
-        evaluation = is_evaluation_error(err)
-        if merge_sql is None or not (evaluation or is_change_feed_unavailable(err)):
+            writer = choose_writer(env, st, decision.action, current, delta_sql=delta_sql, appending=appending,
+                                   local=local)
+            metrics = _committed(env, st, writer, commit, local_commit, refresh_id)
+    except Exception as err:  # noqa: BLE001 - only what decide.after_failure recovers is recovered
+        recovered = after_failure(decision, st, err) if delta_sql is not None else None
+        if recovered is None:
             raise
-        if evaluation:
-            # Spark may evaluate an expression on change rows that cancel out (or on rows the
-            # plan filters later); the FULL recompute evaluates only the current rows.
-            action, reason = Action.FULL, f"the delta failed to evaluate ({short(err)[:200]}); recomputed"
-        else:
-            action, reason = Action.FULL, f"change feed unavailable ({short(err)[:200]}); recomputed"
-        log.warning("%s: %s", st.name, reason)
-        metadata["action"] = action
+        decision = recovered
+        metadata["action"] = decision.action
         with clock.phase("commit"):
-            overwriting = full_overwrites(env, st)
-            metrics = _committed(env, st, commit, full_refresh_sql(env, st, current, overwrite=overwriting), refresh_id,
-                                 inserting=overwriting, rewriting=overwriting)
+            metrics = _committed(env, st, full_writer(env, st, current), commit, local_commit, refresh_id)
+    action = decision.action
+    reason = decision.reason if action != asked else None  # else the engine records why it asked
     touched = None
     if metrics is None:  # Delta skipped the commit: this (table, refresh number) already landed
         inserted = deleted = 0
@@ -197,7 +152,7 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
     with clock.phase("record"):
         table_version = latest_version(st.location)
         if action == Action.REINITIALIZE:
-            _remember_source_schemas(env, st)
+            remember_source_schemas(env, st)
 
         def record(row: StreamTable) -> None:
             row.frontier, row.refresh_seq, row.is_populated, row.needs_reinit = current, seq, True, False
@@ -213,117 +168,36 @@ def _apply(env, st: StreamTable, action: Action, current: dict[str, int], *, ref
                    rows_touched=touched, changed_rows=estimate.changed_rows if estimate is not None else None)
 
 
+def _differential_sql(env, st: StreamTable, current: dict[str, int],
+                      scratch: list[str]) -> tuple[tuple[str, bool] | None, str | None]:
+    """``((the statement applying the delta, whether it is an append), None)``, planned once and
+    executed up to the commit (``refresh/differential.py``), or ``(None, why not)``."""
+    plan, why_not = plan_differential(env, st, current)
+    if plan is None:
+        return None, why_not
+    try:
+        return (statement(env, plan, scratch), is_append(plan)), None
+    except Unsupported as err:
+        return None, f"cannot maintain differentially: {err}"
+
+
 def mark_fresh(row: StreamTable, data_timestamp) -> None:
     row.data_timestamp = data_timestamp
     row.last_refresh_at = utcnow()
 
 
-def _source_schema_change(env, st: StreamTable) -> str | None:
-    """Why ``st`` must be reinitialized because a source's schema changed, or None.
+def _committed(env, st: StreamTable, writer, commit, local_commit, refresh_id: str) -> dict | None:
+    """Write with ``writer``, with retries; its MERGE-shaped metrics, or None when Delta skipped it.
 
-    A changed schema that leaves the query's output as it was (an unused column added, say) is
-    remembered and ignored; one that changes the output's columns or types needs REINITIALIZE;
-    one that removes a column the query uses cannot be refreshed at all.
+    An INSERT or a CTAS (``writer.inserting``) returns no metrics: they are read from its commit;
+    one that replaced every stored row (``writer.rewriting``) deleted as many as were stored before.
     """
-    from airflow_trickle.definition import _visible_columns, schema_fingerprint
-
-    changed = []
-    for dep in env.catalog.dependencies(st.name):
-        columns = _visible_columns(env.spark, dep.source_name)
-        fingerprint = schema_fingerprint(columns)
-        if dep.schema_fingerprint in (None, fingerprint):
-            continue
-        names = {c for c, _ in columns}
-        missing = [c for c in (dep.columns_used or []) if c not in names]
-        if missing:
-            env.catalog.update(st.name, lambda row: setattr(row, "needs_reinit", True))
-            raise RefreshError(f"source '{dep.source_name}' no longer has column(s) {', '.join(missing)} that the "
-                               "defining query uses", stream_table=st.name,
-                               hint="restore the column, or drop and recreate the stream table")
-        changed.append((dep, fingerprint))
-    if not changed:
-        return None
-    output = [(f.name, f.dataType.simpleString()) for f in env.spark.sql(pinned_query_sql(env, st, {})).schema.fields]
-    stored = _stored_output(env, st)
-    names = ", ".join(dep.source_name for dep, _ in changed)
-    if output != stored:
-        return f"source schema changed ({names}); the output columns change: {stored} -> {output}"
-    for dep, fingerprint in changed:
-        env.catalog.set_schema_fingerprint(st.name, dep.source_name, fingerprint)
-    return None
-
-
-def _stored_columns(env, st: StreamTable) -> list[tuple[str, str]]:
-    """The storage table's columns, hidden ones included, and their types, as stored."""
-    return [(f.name, f.dataType.simpleString()) for f in env.spark.table(quote_name(st.name)).schema.fields]
-
-
-def _stored_output(env, st: StreamTable) -> list[tuple[str, str]]:
-    """The storage table's visible columns and their types, as stored."""
-    return [(name, kind) for name, kind in _stored_columns(env, st) if name in st.output_columns]
-
-
-def _remember_source_schemas(env, st: StreamTable) -> None:
-    from airflow_trickle.definition import _visible_columns, schema_fingerprint
-
-    for dep in env.catalog.dependencies(st.name):
-        env.catalog.set_schema_fingerprint(st.name, dep.source_name,
-                                           schema_fingerprint(_visible_columns(env.spark, dep.source_name)))
-
-
-def full_rows_sql(env, st: StreamTable, current: dict[str, int]) -> str:
-    """The stream table's rows at ``current``, visible and hidden columns: a FULL refresh's source."""
-    from airflow_trickle.dvm import full_source
-
-    source = full_source(env, st, current)
-    return source if source is not None else numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns)
-
-
-def full_refresh_sql(env, st: StreamTable, current: dict[str, int], *, overwrite: bool | None = None) -> str:
-    """The statement of a FULL refresh into populated storage: recompute at ``current``, then
-    replace the stored rows (INSERT OVERWRITE) or MERGE only the difference in, as
-    :func:`full_overwrites` decides unless ``overwrite`` says."""
-    if full_overwrites(env, st) if overwrite is None else overwrite:
-        return fill_storage_sql(env, st, current, overwrite=True)
-    return full_merge_sql(st.name, full_rows_sql(env, st, current), st.output_columns + st.storage.state_names())
-
-
-def fill_storage_sql(env, st: StreamTable, current: dict[str, int], *, overwrite: bool = False) -> str:
-    """The INSERT of a FULL refresh into empty storage (or, ``overwrite``, in place of every stored
-    row): the recomputed rows, every column named."""
-    columns = ", ".join(f"`{c}`" for c in st.output_columns + [name for name, _ in st.storage.hidden_columns()])
-    return (f"INSERT {'OVERWRITE TABLE' if overwrite else 'INTO'} {quote_name(st.name)} ({columns}) "
-            f"SELECT {columns} FROM ({full_rows_sql(env, st, current)}) AS __full")
-
-
-def full_overwrites(env, st: StreamTable) -> bool:
-    """Whether a FULL refresh of ``st`` replaces its stored rows (INSERT OVERWRITE) rather than
-    MERGE the difference in (``full_refresh_write``: ``auto``, ``merge`` or ``overwrite``).
-
-    Both leave the same rows.  The MERGE joins the recomputed rows with the stored ones to
-    change only what differs, so its change feed holds only real changes -- what a stream table
-    reading this one needs to stay cheap; the overwrite skips that join (at TPC-H SF 1 the MERGE
-    made a FULL refresh cost 1.1-2.3x a plain INSERT OVERWRITE, the overwrite ~1.2x) and its
-    change feed holds every row removed and added.  ``auto`` overwrites
-    unless another stream table reads this one.
-    """
-    how = str(st.options.get("full_refresh_write", env.config.full_refresh_write)).lower()
-    if how != "auto":
-        return how == "overwrite"
-    return not any(dep.source_name == st.name and dep.source_type == "STREAM_TABLE"
-                   for dep in env.catalog.dependencies())
-
-
-def _committed(env, st: StreamTable, run, sql: str, refresh_id: str, *, inserting: bool, rewriting: bool) -> dict | None:
-    """Run ``run(sql)`` with retries; its MERGE-shaped metrics, or None when Delta skipped it.
-
-    An INSERT or a CTAS (``inserting``) returns no metrics: they are read from its commit; one
-    that replaced every stored row (``rewriting``) deleted as many as were stored before.
-    """
-    version_before = latest_version(st.location) if inserting else None
-    stored_before = row_count(st.location) if rewriting else 0
-    metrics = with_retries(env.config, lambda: run(sql))
-    return _written_metrics(st, version_before, refresh_id, deleted=stored_before) if inserting else metrics
+    version_before = latest_version(st.location) if writer.inserting else None
+    stored_before = row_count(st.location) if writer.rewriting else 0
+    metrics = with_retries(env.config, lambda: writer.write(env, commit, local_commit))
+    if writer.inserting:
+        return _written_metrics(st, version_before, refresh_id, deleted=stored_before)
+    return metrics
 
 
 def _written_metrics(st: StreamTable, version_before: int, refresh_id: str, *, deleted: int = 0) -> dict | None:
@@ -345,42 +219,6 @@ def _written_metrics(st: StreamTable, version_before: int, refresh_id: str, *, d
     return {"num_inserted_rows": inserted, "num_updated_rows": 0, "num_deleted_rows": deleted}
 
 
-def table_setting(env, st: StreamTable, name: str) -> float:
-    """A cost-model ratio: the table's own option, else the deployment's setting."""
-    return float(st.options.get(name, getattr(env.config, name)))
-
-
 def recent_times(env, st: StreamTable) -> ObservedTimes:
     """What the table's recent DIFFERENTIAL and FULL refreshes took (its newest history rows)."""
     return observed_times(env.catalog.history(st.name, limit=50))
-
-
-def is_strict(st: StreamTable) -> bool:
-    """Whether the table never falls back to FULL (``options: strict``)."""
-    return str(st.options.get("strict", "")).lower() in ("1", "true", "yes", "on")
-
-
-def pinned_query_sql(env, st: StreamTable, versions: dict[str, int]) -> str:
-    """The defining query reading each source at ``versions``, hidden columns of upstreams removed."""
-    hidden = {}
-    for dep in env.catalog.dependencies(st.name):
-        if dep.source_type == "STREAM_TABLE":
-            upstream = env.catalog.get(dep.source_name)
-            if upstream is not None:
-                hidden[dep.source_name] = upstream.output_columns
-    return pin_sources(parse_query(st.defining_query, stream_table=st.name), versions, hidden).sql(DIALECT)
-
-
-def _storage_changes(env, st: StreamTable) -> bool:
-    """Whether a REINITIALIZE must replace the storage table: the query's output (a source's
-    schema changed, or ALTER gave it a new query) or the hidden columns (a new layout) differ
-    from the stored table's.  ``st.output_columns`` becomes the new output either way."""
-    schema = env.spark.sql(pinned_query_sql(env, st, {})).schema
-    wanted = [(f.name, f.dataType.simpleString()) for f in schema.fields]
-    wanted += [(c, kind.lower()) for c, kind in st.storage.hidden_columns()]
-    stored = _stored_columns(env, st)
-    st.output_columns = [f.name for f in schema.fields]
-    if wanted == stored:
-        return False
-    log.info("%s: the storage table's columns change (%s -> %s); replaced in one commit", st.name, stored, wanted)
-    return True

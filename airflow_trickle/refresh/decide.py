@@ -7,19 +7,24 @@ table -- in milliseconds, without a Spark job (``engine.refresh_without_spark``)
 * :func:`load` reads the stream table and repairs its frontier from its storage table's newest
   refresh commit when a crash left the catalog behind (:func:`recover_frontier`);
 * :func:`decide` reads the sources' versions and chooses the action (:func:`choose_action`);
-* :func:`change_estimate` sizes the window for the cost model.
+* :func:`change_estimate` sizes the window for the cost model;
+* :func:`after_schema_check`, :func:`by_cost_model`, :func:`without_delta` and
+  :func:`after_failure` make the action final as a refresh learns more (a changed source
+  schema, the cost model's estimate, a delta that cannot be planned, a commit that failed):
+  the appliers receive the final :class:`Decision` and never choose an action themselves.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from airflow_trickle.catalog import StreamTable
 from airflow_trickle.deltalog import (changed_rows, latest_version, newest_refresh, only_empty_commits,
                                       recorded_refreshes, row_count)
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
-from airflow_trickle.model import Action, RefreshMode, RunMode, Status
-from airflow_trickle.refresh.cost import ChangeEstimate, observed_fanout
+from airflow_trickle.model import Action, RefreshMode, RunMode, SourceType, Status
+from airflow_trickle.refresh.cost import (ChangeEstimate, ObservedTimes, full_is_cheaper, observed_fanout,
+                                          slower_than_full, touched_rows_matter)
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +40,7 @@ class Loaded:
     newest: dict | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decision:
     """The action of a refresh, why, and the source versions it refreshes to."""
 
@@ -82,7 +87,7 @@ def source_versions(catalog, name: str) -> dict[str, int]:
     versions = {}
     for dep in catalog.dependencies(name):
         version = None
-        if dep.source_type == "STREAM_TABLE":
+        if dep.source_type == SourceType.STREAM_TABLE:
             version = next((r["version"] for r in recorded_refreshes(dep.source_location, limit=5)), None)
         versions[dep.source_name] = latest_version(dep.source_location) if version is None else version
     return versions
@@ -160,3 +165,67 @@ def recover_frontier(catalog, st: StreamTable) -> Loaded:
     recovered = f"recovered frontier of refresh {newest['seq']} from storage commit {newest['version']}"
     log.warning("%s: %s", st.name, recovered)
     return Loaded(repaired, recovered, newest)
+
+
+# -- the action made final: every change of action a refresh makes is chosen here ----------------
+
+def after_schema_check(decision: Decision, changed: str | None) -> Decision:
+    """REINITIALIZE when a source's schema changed the query's output (``changed`` says how)."""
+    if changed is None or decision.action == Action.REINITIALIZE:
+        return decision
+    return replace(decision, action=Action.REINITIALIZE, reason=changed)
+
+
+def by_cost_model(decision: Decision, st: StreamTable, estimate: ChangeEstimate | None,
+                  observed: ObservedTimes | None, config) -> Decision:
+    """FULL instead of DIFFERENTIAL when the cost model expects recomputing to be cheaper
+    (``refresh/cost.py``); a strict table (``options: strict``) refuses instead."""
+    if decision.action != Action.DIFFERENTIAL or not estimate:
+        return decision
+    options = st.options
+    too_costly = full_is_cheaper(
+        estimate, max_change_ratio=options.ratio("differential_max_change_ratio", config),
+        max_touched_ratio=(options.ratio("differential_max_touched_ratio", config)
+                           if touched_rows_matter(st.storage.strategy) else float("inf")))
+    if not too_costly and observed is not None:
+        too_costly = slower_than_full(estimate.changed_rows, observed,
+                                      max_time_ratio=options.ratio("differential_max_time_ratio", config))
+    if not too_costly:
+        return decision
+    if options.is_strict:
+        raise RefreshError(f"DIFFERENTIAL refused by the cost model: {too_costly}", stream_table=st.name,
+                           hint="the stream table is strict (options: strict); refresh it FULL, or drop the "
+                                "option to let the cost model fall back to FULL")
+    return _full_instead(decision, st, too_costly)
+
+
+def without_delta(decision: Decision, st: StreamTable, why_not: str) -> Decision:
+    """FULL when the delta cannot be planned (``why_not``); a strict table refuses instead."""
+    if st.options.is_strict:
+        raise RefreshError(f"DIFFERENTIAL impossible: {why_not}", stream_table=st.name,
+                           hint="the stream table is strict (options: strict); refresh it FULL")
+    return _full_instead(decision, st, why_not)
+
+
+def after_failure(decision: Decision, st: StreamTable, err: Exception) -> Decision | None:
+    """FULL after a DIFFERENTIAL commit that failed in a way a recompute avoids, or None (the
+    error stands): an unreadable change feed, or an expression that failed on change rows (Spark
+    may evaluate one on rows that cancel out, or that the plan filters later; the recompute
+    evaluates only the current rows)."""
+    from airflow_trickle.refresh.failures import is_change_feed_unavailable, is_evaluation_error, short
+
+    if decision.action != Action.DIFFERENTIAL:
+        return None
+    if is_evaluation_error(err):
+        reason = f"the delta failed to evaluate ({short(err)[:200]}); recomputed"
+    elif is_change_feed_unavailable(err):
+        reason = f"change feed unavailable ({short(err)[:200]}); recomputed"
+    else:
+        return None
+    log.warning("%s: %s", st.name, reason)
+    return replace(decision, action=Action.FULL, reason=reason)
+
+
+def _full_instead(decision: Decision, st: StreamTable, reason: str) -> Decision:
+    log.info("%s: FULL instead of DIFFERENTIAL: %s", st.name, reason)
+    return replace(decision, action=Action.FULL, reason=reason)

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 class Environment(Protocol):
     spark: object
+    engine: object  # a SparkEngine over ``spark``
     catalog: CatalogStore
     config: TrickleConfig
 
@@ -124,7 +125,7 @@ def refresh_stream_table(env: Environment, name: str, *, mode: RunMode | str | N
         action = decision.action
         if not decision.needs_spark:
             return run.finish_without_spark(decision)
-        run.clock.track_jobs(env.spark, f"airflow_trickle-{run.refresh_id}")
+        run.clock.track_jobs(env.engine, f"airflow_trickle-{run.refresh_id}")
         applied = apply_refresh(env, st, decision.action, decision.current, refresh_id=run.refresh_id,
                                 data_timestamp=run.start_time, clock=run.clock, newest=run.loaded.newest)
     except Exception as err:  # noqa: BLE001 - every failure is recorded, then raised naming the stream table

@@ -5,10 +5,11 @@ one, it applies only the difference to the storage table: one MERGE that inserts
 new, deletes rows that are gone, and leaves equal rows alone.  The storage table's change feed
 then holds only real changes, so a FULL refresh upstream never looks like a full rewrite to a
 downstream stream table.  Otherwise the recomputed rows simply replace the stored ones (an
-INSERT OVERWRITE, cheaper by the MERGE's join; ``refresh.apply.full_overwrites``).
+INSERT OVERWRITE, cheaper by the MERGE's join; ``refresh.writers.full_overwrites``).
 """
 from __future__ import annotations
 
+from airflow_trickle.model import SourceType
 from airflow_trickle.names import quote_name
 from airflow_trickle.sql.rewrite import row_hash_sql
 from airflow_trickle.storage import DUP, ROW_ID
@@ -40,3 +41,17 @@ def full_merge_sql(target: str, source_sql: str, columns: list[str]) -> str:
         f"WHEN NOT MATCHED THEN INSERT * "
         f"WHEN NOT MATCHED BY SOURCE THEN DELETE"
     )
+
+
+def pinned_query_sql(env, st, versions: dict[str, int]) -> str:
+    """The defining query reading each source at ``versions``, hidden columns of upstreams removed."""
+    from airflow_trickle.sql.parse import DIALECT, parse_query
+    from airflow_trickle.sql.rewrite import pin_sources
+
+    hidden = {}
+    for dep in env.catalog.dependencies(st.name):
+        if dep.source_type == SourceType.STREAM_TABLE:
+            upstream = env.catalog.get(dep.source_name)
+            if upstream is not None:
+                hidden[dep.source_name] = upstream.output_columns
+    return pin_sources(parse_query(st.defining_query, stream_table=st.name), versions, hidden).sql(DIALECT)

@@ -29,18 +29,11 @@ class PhaseClock:
 
     def __init__(self):
         self.ms: dict[str, int] = {}
-        self._tracker = self._spark = self._job_group = None
+        self._jobs = None
 
-    def track_jobs(self, spark, job_group: str) -> None:
-        """Count the Spark jobs this thread starts from now on (a classic session only)."""
-        self._tracker = _status_tracker(spark)
-        if self._tracker is None:
-            return
-        try:
-            spark.sparkContext.setJobGroup(job_group, "airflow_trickle refresh", interruptOnCancel=False)
-            self._spark, self._job_group = spark, job_group
-        except Exception:  # noqa: BLE001 - diagnostics only: no job count then
-            self._tracker = None
+    def track_jobs(self, engine, job_group: str) -> None:
+        """Count the Spark jobs this thread starts from now on (where the engine can tell)."""
+        self._jobs = engine.job_counter(job_group) if engine is not None else None
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -51,21 +44,12 @@ class PhaseClock:
             self.ms[name] = self.ms.get(name, 0) + int((time.monotonic() - started) * 1000)
 
     def spark_jobs(self) -> int | None:
-        if self._tracker is None or not self._job_group:
-            return None
-        try:
-            return len(self._tracker.getJobIdsForGroup(self._job_group))
-        except Exception:  # noqa: BLE001 - diagnostics only
-            return None
+        return self._jobs.count() if self._jobs is not None else None
 
     def close(self) -> None:
         """Stop tagging this thread's jobs with the refresh's job group."""
-        if self._tracker is not None and self._job_group:
-            try:
-                self._spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-                self._spark.sparkContext.setLocalProperty("spark.job.description", None)
-            except Exception:  # noqa: BLE001 - diagnostics only
-                pass
+        if self._jobs is not None:
+            self._jobs.close()
 
     def to_dict(self) -> dict[str, int]:
         """``{phase: ms, ..., "spark_jobs": n}`` (``spark_jobs`` only when known)."""
@@ -74,16 +58,6 @@ class PhaseClock:
         if jobs is not None:
             result["spark_jobs"] = jobs
         return result
-
-
-def _status_tracker(spark):
-    """The classic session's status tracker, or None (Spark Connect has no SparkContext)."""
-    if spark is None:
-        return None
-    try:
-        return spark.sparkContext.statusTracker()
-    except Exception:  # noqa: BLE001 - Spark Connect, or a stand-in session in tests
-        return None
 
 
 def format_phases(phases: dict | None) -> str:

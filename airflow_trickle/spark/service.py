@@ -26,17 +26,13 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import TrickleError
+from airflow_trickle.spark.address import DEFAULT_PORT, host_port, reachable  # noqa: F401 - re-exported
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 SERVICE_DIR = "_trickle_service"
-DEFAULT_PORT = 15002
-#: Spark settings that only the server can take (a Connect session cannot set them).
-STATIC_KEYS = ("spark.sql.extensions", "spark.sql.catalog.spark_catalog", "spark.sql.catalogImplementation",
-               "spark.sql.warehouse.dir", "spark.jars", "spark.jars.packages")
 
 
 @dataclass(frozen=True)
@@ -59,20 +55,6 @@ class ServiceInfo:
 
 def service_dir(warehouse: str) -> Path:
     return Path(warehouse) / SERVICE_DIR
-
-
-def host_port(address: str) -> tuple[str, int]:
-    parsed = urlparse(address if "://" in address else f"sc://{address}")
-    return parsed.hostname or "127.0.0.1", parsed.port or DEFAULT_PORT
-
-
-def reachable(address: str, timeout: float = 2.0) -> bool:
-    """True when something accepts TCP connections at ``address`` (``sc://host:port``)."""
-    try:
-        with socket.create_connection(host_port(address), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def read_service(warehouse: str) -> ServiceInfo | None:

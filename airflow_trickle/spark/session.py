@@ -123,11 +123,6 @@ def uses_in_memory_catalog(spark) -> bool:
     return spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory"
 
 
-def is_connect(spark) -> bool:
-    """True for a Spark Connect session (no JVM in this process: public APIs only)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def sync_warehouse_tables(spark, warehouse: str) -> None:
     """Make every Delta table stored under a local ``warehouse`` visible by name in ``spark``.
 
@@ -200,7 +195,7 @@ def _quoted(identifier: str) -> str:
 
 def runtime_conf(config: TrickleConfig) -> dict[str, str]:
     """The part of :func:`session_conf` a session may set itself (everything but the static keys)."""
-    from airflow_trickle.spark.service import STATIC_KEYS
+    from airflow_trickle.spark.address import STATIC_KEYS
 
     return {k: v for k, v in session_conf(config, config.warehouse or "").items() if k not in STATIC_KEYS}
 
@@ -215,7 +210,7 @@ def connect_session(address: str, config: TrickleConfig, *, warehouse: str | Non
     where the catalog does not look.
     """
     from airflow_trickle.errors import TrickleError
-    from airflow_trickle.spark.service import reachable
+    from airflow_trickle.spark.address import reachable
 
     if not reachable(address):
         raise TrickleError(f"the Spark service at {address} is not reachable",

@@ -23,7 +23,8 @@ from types import SimpleNamespace
 
 import sqlglot
 
-from airflow_trickle.dvm.apply import choose_layout, differential_merge_sql, full_source_sql, top_k_of
+from airflow_trickle.dvm.apply import choose_layout, full_source_sql
+from airflow_trickle.dvm.delta_plan import plan_refresh
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.dvm.planner import plan
@@ -94,20 +95,20 @@ def compile_case(case: Case) -> str:
     st = SimpleNamespace(name="s.st", defining_query=case.query, output_columns=list(node.columns), storage=layout,
                          refresh_seq=6, frontier=old)
     if case.output in ("merge", "merge-beyond"):
-        return differential_merge_sql(st, versions, case.sources, beyond_boundary=case.output == "merge-beyond")
+        return plan_refresh(st, versions).apply_sql(beyond_boundary=case.output == "merge-beyond")
     if case.output == "merge-over-candidates":  # the candidates computed beforehand into a view
-        return differential_merge_sql(st, versions, case.sources, candidates=CANDIDATES_VIEW)
+        return plan_refresh(st, versions).apply_sql(candidates=CANDIDATES_VIEW)
     if case.output == "probe":  # a top-K's boundary probe
-        return top_k_of(st, case.sources).boundary_probe(st.name, versions)
+        return plan_refresh(st, versions).top_k.boundary_probe(st.name, versions)
     if case.output == "probe-over-candidates":
-        return top_k_of(st, case.sources).boundary_probe(st.name, versions, CANDIDATES_VIEW)
+        return plan_refresh(st, versions).probe_sql(versions, CANDIDATES_VIEW)
     if case.output == "candidates":  # what a refresh materializes once for the probe and the MERGE
-        return top_k_of(st, case.sources).candidates_sql(st.name, versions)
+        return plan_refresh(st, versions).candidates_sql(versions)
     if case.output == "append":
         return bag_append_sql(st.name, st.output_columns, node.delta_sql(versions), seq=7)
     if case.output == "full":
         at_new = Versions(old=new, new=new, columns=case.sources)
-        source = (full_source_sql(st, at_new, case.sources) if layout.is_keyed
+        source = (full_source_sql(st, case.sources, new) if layout.is_keyed
                   else numbered_rows_sql(node.state_sql(at_new, "new"), st.output_columns))
         return full_merge_sql(st.name, source, st.output_columns + layout.state_names())
     raise ValueError(f"{case.name}: unknown output {case.output!r}; use one of {OUTPUTS}")

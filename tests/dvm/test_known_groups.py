@@ -5,7 +5,7 @@ import datetime
 import decimal
 
 from airflow_trickle.dvm.base import Versions
-from airflow_trickle.dvm.block import _literal
+from airflow_trickle.dvm.aggregate import literal as _literal
 from airflow_trickle.dvm.planner import plan
 from airflow_trickle.sql.parse import DIALECT
 
@@ -20,8 +20,7 @@ def test_known_groups_become_filters_on_the_group_columns_and_literal_keys():
     block = plan(QUERY, COLUMNS)
     unknown = block.delta(VERSIONS).sql(DIALECT)
     assert "TABLE_CHANGES('s.o', 4, 5)" in unknown.split("__old")[0]  # K computed from the delta
-    block.known_groups = [(11, "EU", 7), (12, None, 8)]
-    known = block.delta(VERSIONS).sql(DIALECT)
+    known = block.delta(VERSIONS.bind(block, "groups", [(11, "EU", 7), (12, None, 8)])).sql(DIALECT)
     assert "VALUES (11), (12)" in known
     assert "c.region IN ('EU') OR c.region IS NULL" in known
     assert "o.cid IN (7, 8)" in known  # in the order the groups came
@@ -33,15 +32,13 @@ def test_known_groups_become_filters_on_the_group_columns_and_literal_keys():
 
 def test_no_known_group_reads_nothing():
     block = plan(QUERY, COLUMNS)
-    block.known_groups = []
-    sql = block.delta(VERSIONS).sql(DIALECT)
+    sql = block.delta(VERSIONS.bind(block, "groups", [])).sql(DIALECT)
     assert "WHERE FALSE" in sql.upper() and "IN (" not in sql.replace("IN (SELECT", "")
 
 
 def test_a_value_without_an_exact_literal_leaves_its_column_unfiltered():
     block = plan(QUERY, COLUMNS)
-    block.known_groups = [(11, "EU", 1.5)]
-    sql = block.delta(VERSIONS).sql(DIALECT)
+    sql = block.delta(VERSIONS.bind(block, "groups", [(11, "EU", 1.5)])).sql(DIALECT)
     assert "c.region IN ('EU')" in sql and "o.cid IN" not in sql
 
 

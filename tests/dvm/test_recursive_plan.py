@@ -2,6 +2,8 @@
 hoisting their statements need on Spark (no JVM)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import sqlglot
 
@@ -76,7 +78,7 @@ def test_e_at_both_versions_and_r_old_are_computed_once_when_r_old_is_recursed()
     assert recursive.materialized_parts() == ["__trickle_e_delta", "__trickle_e_old", "__trickle_e_new",
                                               "__trickle_old", "__trickle_base_delta", "__trickle_removed",
                                               "__trickle_added"]
-    recursive.stored_old = "(SELECT `src` AS `src`, `dst` AS `dst` FROM `s`.`t`) AS __stored"
+    recursive = replace(recursive, stored_old="(SELECT `src` AS `src`, `dst` AS `dst` FROM `s`.`t`) AS __stored")
     # r_old read from the stream table: E is read by one recursion each, at its versions
     assert recursive.materialized_parts() == ["__trickle_e_delta", "__trickle_base_delta", "__trickle_removed",
                                               "__trickle_added"]

@@ -1,0 +1,224 @@
+"""A project's plain metadata: its stream tables, refresh units, Spark and Airflow settings.
+
+Built by ``loading.py`` from YAML or Python and validated there; read by the DAG factory, the
+refresh operators and the Spark job.  No Airflow, Spark or JVM here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import networkx as nx
+
+from airflow_trickle.config import TrickleConfig
+from airflow_trickle.graph import group_period
+from airflow_trickle.model import RefreshMode
+from airflow_trickle.schedule import Schedule, format_duration, parse_schedule
+
+DIAMOND_CONSISTENCY = ("none", "atomic")
+DIAMOND_SCHEDULE_POLICIES = ("fastest", "slowest")
+#: A stream table's freshness target, when none is given, is this many times its period.
+DEFAULT_FRESHNESS_FACTOR = 2
+
+_PROJECT_KEYS = {"project", "warehouse", "sources", "defaults", "settings", "spark", "airflow", "stream_tables"}
+_TABLE_KEYS = {"name", "query", "query_file", "schedule", "refresh_mode", "diamond_consistency",
+               "diamond_schedule_policy", "freshness", "description"}
+_DEFAULT_KEYS = {"schedule", "refresh_mode", "diamond_consistency", "diamond_schedule_policy", "freshness_factor"}
+_SPARK_KEYS = {"connection", "conn_id", "submit", "conf", "deploy_mode", "driver_memory", "executor_memory", "num_executors"}
+_AIRFLOW_KEYS = {"dag_id", "schedule", "pool", "tags", "freshness_notifier", "deadline", "deadline_callback",
+                 "max_active_runs", "retries", "retry_delay", "start_date", "maintenance",
+                 "maintenance_retention_hours", "notes_connection"}
+
+
+@dataclass(frozen=True)
+class StreamTableSpec:
+    """One stream table as the project declares it."""
+
+    name: str
+    query: str
+    #: Duration or cron text; ``None`` is CALCULATED (inherit the tightest downstream cadence).
+    schedule: str | None
+    refresh_mode: RefreshMode
+    diamond_consistency: str = "none"
+    diamond_schedule_policy: str = "fastest"
+    #: Explicit freshness target; ``None`` means the default (twice the effective period).
+    freshness: timedelta | None = None
+    description: str = ""
+    #: Tables the query reads (qualified), stream tables of the project included.
+    sources: tuple[str, ...] = ()
+
+    def options(self) -> dict:
+        """The per-table options stored in the catalog row."""
+        options = {"diamond_consistency": self.diamond_consistency,
+                   "diamond_schedule_policy": self.diamond_schedule_policy}
+        if self.freshness is not None:
+            options["freshness_seconds"] = int(self.freshness.total_seconds())
+        return options
+
+    def to_json(self) -> dict:
+        """A JSON-ready form that :meth:`from_json` turns back into an equal spec."""
+        return {"name": self.name, "query": self.query, "schedule": self.schedule,
+                "refresh_mode": str(self.refresh_mode), "diamond_consistency": self.diamond_consistency,
+                "diamond_schedule_policy": self.diamond_schedule_policy,
+                "freshness_seconds": None if self.freshness is None else self.freshness.total_seconds(),
+                "description": self.description, "sources": list(self.sources)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "StreamTableSpec":
+        """The spec :meth:`to_json` wrote (a refresh job rehydrates its tables this way).
+
+        >>> spec = StreamTableSpec("s.t", "SELECT 1 AS x FROM s.a", "5m", "AUTO", freshness=timedelta(minutes=9))
+        >>> StreamTableSpec.from_json(spec.to_json()) == spec
+        True
+        """
+        seconds = data.get("freshness_seconds")
+        return cls(name=data["name"], query=data["query"], schedule=data.get("schedule"),
+                   refresh_mode=RefreshMode.parse(data["refresh_mode"], what="refresh mode", stream_table=data["name"]),
+                   diamond_consistency=data.get("diamond_consistency", "none"),
+                   diamond_schedule_policy=data.get("diamond_schedule_policy", "fastest"),
+                   freshness=None if seconds is None else timedelta(seconds=seconds),
+                   description=data.get("description", ""), sources=tuple(data.get("sources", ())))
+
+
+@dataclass(frozen=True)
+class RefreshUnit:
+    """What one refresh task refreshes: a single stream table, or an atomic diamond group in order."""
+
+    members: tuple[str, ...]
+    convergence_points: tuple[str, ...] = ()
+    #: ``fastest`` (the group fires when any member is due) or ``slowest`` (when all are).
+    schedule_policy: str = "fastest"
+
+    @property
+    def is_group(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def database(self) -> str:
+        """The database whose task group holds the unit's task (its last member's)."""
+        return self.members[-1].split(".", 1)[0]
+
+    @property
+    def task_name(self) -> str:
+        """Task id inside the database's task group: the table name, or ``atomic__<last member>``."""
+        last = self.members[-1].split(".", 1)[1]
+        return f"atomic__{last}" if self.is_group else last
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.database}.{self.task_name}"
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """How refreshes run: the Airflow connection, Spark Connect or spark-submit, extra Spark configuration.
+
+    ``submit`` None lets the connection decide: a ``spark_connect`` connection runs the engine
+    in the task process against the Spark service; a ``spark`` connection submits a job.
+    """
+
+    conn_id: str = "spark_local"
+    submit: bool | None = None
+    conf: dict = field(default_factory=dict)
+    deploy_mode: str | None = None
+    driver_memory: str | None = None
+    executor_memory: str | None = None
+    num_executors: int | None = None
+
+
+@dataclass(frozen=True)
+class AirflowSettings:
+    """How the generated DAG looks to Airflow."""
+
+    dag_id: str
+    #: The DAG's tick (duration, cron, or ``None`` for manual runs only); default: the shortest period.
+    schedule: str | None
+    pool: str | None = None
+    tags: tuple[str, ...] = ("airflow_trickle",)
+    #: Dotted path of a callable (or an Airflow notifier instance) called on a freshness miss.
+    freshness_notifier: Any = None
+    #: Attach a Deadline Alert (Airflow 3) to every run.
+    deadline: bool = True
+    #: Dotted path of an async callable run by the triggerer when a run misses its deadline.
+    deadline_callback: str = "airflow_trickle.notifiers.freshness.record_deadline_miss"
+    #: More than one, so a manual run starts while a scheduled run is in flight; two runs never
+    #: refresh one stream table at once (:mod:`airflow_trickle.refresh.lock`).
+    max_active_runs: int = 3
+    retries: int = 0
+    retry_delay: timedelta = timedelta(seconds=30)
+    start_date: str = "2024-01-01"
+    #: Schedule of the maintenance DAG (``<dag_id>__maintenance``: OPTIMIZE and VACUUM of every
+    #: stream table, see :mod:`airflow_trickle.maintain`); ``None``, the default, makes none.
+    maintenance: str | None = None
+    #: Its VACUUM retention in hours (default: each table's own); stretched for lagging readers.
+    maintenance_retention_hours: float | None = None
+    #: An Airflow connection to Airflow's own REST API (host, port, login, password): with one,
+    #: each refresh task notes its outcome on its task instance and ``plan`` its selection on the
+    #: run (:mod:`airflow_trickle.notes`); without one, no notes.
+    notes_connection: str | None = None
+
+    @property
+    def maintenance_dag_id(self) -> str:
+        return f"{self.dag_id}__maintenance"
+
+
+@dataclass
+class Project:
+    """A validated project: its stream tables in refresh order, its graph and refresh units."""
+
+    name: str
+    warehouse: str
+    stream_tables: dict[str, StreamTableSpec]
+    declared_sources: tuple[str, ...] | None
+    settings: dict
+    spark: SparkSettings
+    airflow: AirflowSettings
+    freshness_factor: float = DEFAULT_FRESHNESS_FACTOR
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph, repr=False)
+    periods: dict[str, timedelta | None] = field(default_factory=dict, repr=False)
+    units: list[RefreshUnit] = field(default_factory=list, repr=False)
+
+    def config(self) -> TrickleConfig:
+        """The :class:`TrickleConfig` a refresh job of this project runs with."""
+        conf = dict(self.settings.get("spark_conf") or {})
+        conf.update(self.spark.conf)
+        settings = {k: v for k, v in self.settings.items() if k != "spark_conf"}
+        return TrickleConfig.from_env(warehouse=self.warehouse, spark_conf=conf, **settings)
+
+    def unit_of(self, name: str) -> RefreshUnit:
+        for unit in self.units:
+            if name in unit.members:
+                return unit
+        raise KeyError(name)
+
+    def schedule_of(self, unit: RefreshUnit) -> Schedule:
+        """When ``unit`` is due: its own schedule, or a duration derived from the graph."""
+        if not unit.is_group:
+            own = parse_schedule(self.stream_tables[unit.members[0]].schedule)
+            if not own.is_calculated:
+                return own
+        period = group_period([self.periods[m] for m in unit.members], unit.schedule_policy)
+        return Schedule(text=None, every=period) if period else Schedule(text=None)
+
+    def freshness_target(self, name: str) -> timedelta | None:
+        """How stale ``name`` may get: its explicit target, else ``freshness_factor`` × its period."""
+        spec = self.stream_tables[name]
+        if spec.freshness is not None:
+            return spec.freshness
+        period = self.periods.get(name)
+        return None if period is None else period * self.freshness_factor
+
+    def tick(self) -> str | None:
+        """The generated DAG's schedule: explicit, else the shortest effective period of any unit."""
+        if self.airflow.schedule is not None:
+            return None if self.airflow.schedule.lower() in ("none", "manual") else self.airflow.schedule
+        periods = [p for p in (self.schedule_of(u).nominal_period() for u in self.units) if p]
+        if not periods:
+            return None
+        return format_duration(min(periods))
+
+    def to_job_spec(self, names: list[str]) -> dict:
+        """What a Spark refresh job needs to create (when missing) and refresh ``names``."""
+        return {"project": self.name, "warehouse": self.warehouse, "settings": self.settings,
+                "stream_tables": [self.stream_tables[n].to_json() for n in names]}

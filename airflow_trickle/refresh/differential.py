@@ -1,0 +1,129 @@
+"""Execute a DIFFERENTIAL refresh's plan with Spark, up to the statement that commits it.
+
+The DVM plans once (:func:`~airflow_trickle.dvm.delta_plan.plan_refresh`, no Spark); here the
+plan's preparatory statements run, each result bound into the versions the next statement is
+rendered with:
+
+1. the parts of a recursive CTE's delta, each computed once into a local checkpoint.  Spark's
+   recursion re-runs the inputs of its step at each iteration and inlines a CTE at each use: in
+   one statement the change feeds were read at every iteration and the removal recursion run
+   twice, 10-20x the cost of the recursion itself (``benchmarks/README.md``);
+2. for a top-K: the groups its aggregates' input deltas touch, counted and, when few, written
+   into the SQL as literals (Spark pushes ``column IN (values)`` down to the scans); then its
+   candidates (the stored rows plus the delta) into a local checkpoint, which the boundary probe
+   and the commit both read, so they cost one evaluation instead of two; then the probe.
+
+A local checkpoint lives with the session's executors: a lost executor fails the commit, which
+is then retried whole.  The views are temporary and dropped after the commit (:func:`drop_views`).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+
+from airflow_trickle.deltalog import insert_only_commits
+from airflow_trickle.dvm.base import Unsupported, Versions
+from airflow_trickle.dvm.delta_plan import KNOWN_GROUPS_LIMIT, DeltaPlan, PlanKind, plan_refresh
+from airflow_trickle.model import CdcMode, SourceType
+from airflow_trickle.names import HIDDEN_PREFIX, quote_name
+
+log = logging.getLogger(__name__)
+
+
+def source_columns(env, st) -> dict[str, list[str]]:
+    """The visible columns of every source of ``st`` as they are now (base tables through Spark)."""
+    return columns_of_sources(env.catalog, st.name,
+                              lambda dep: [f.name for f in env.spark.table(quote_name(dep.source_name)).schema.fields])
+
+
+def columns_of_sources(catalog, name: str, base_table_columns) -> dict[str, list[str]]:
+    """The visible columns of every source of ``name``: an upstream stream table's from the
+    catalog, a base table's from ``base_table_columns(dependency)`` (Spark, or its Delta log
+    where no Spark may run), hidden columns left out."""
+    columns = {}
+    for dep in catalog.dependencies(name):
+        if dep.source_type == SourceType.STREAM_TABLE:
+            upstream = catalog.get(dep.source_name)
+            columns[dep.source_name] = list(upstream.output_columns) if upstream else []
+        else:
+            columns[dep.source_name] = [c for c in base_table_columns(dep) if not c.startswith(HIDDEN_PREFIX)]
+    return columns
+
+
+def refresh_versions(env, st, current: dict[str, int], columns: dict[str, list[str]] | None = None) -> Versions:
+    """The versions a refresh's delta is computed between, and how each source's changes are
+    read (raw change rows: every applier consolidates what it needs); ``columns``, the
+    sources' visible columns, when the caller has already read them."""
+    deps = env.catalog.dependencies(st.name)
+    return Versions(old=st.frontier, new=current, columns=columns if columns is not None else source_columns(env, st),
+                    use_cdf={d.source_name: d.cdc_mode == CdcMode.CDF for d in deps}, consolidate=False)
+
+
+def sources_only_gained_rows(env, st, current: dict[str, int]) -> bool:
+    """Whether every source that changed in the window only gained rows (its Delta log says so;
+    an unreadable log says no, and the MERGE path applies)."""
+    try:
+        return all(insert_only_commits(d.source_location, st.frontier[d.source_name], current[d.source_name])
+                   for d in env.catalog.dependencies(st.name)
+                   if current.get(d.source_name) != st.frontier.get(d.source_name))
+    except Exception:  # noqa: BLE001 - safe: "no" means the MERGE path applies
+        log.debug("%s: could not tell whether the new commits only insert", st.name, exc_info=True)
+        return False
+
+
+def plan_differential(env, st, current: dict[str, int]) -> tuple[DeltaPlan | None, str | None]:
+    """The plan of a DIFFERENTIAL refresh of ``st`` to ``current`` (planned once), or
+    ``(None, why not)``."""
+    if set(st.frontier) != set(current):
+        return None, "the set of sources differs from the frontier"
+    bag = (st.storage.strategy or "bag") == "bag"
+    try:
+        return plan_refresh(st, refresh_versions(env, st, current),
+                            insert_only=bag and sources_only_gained_rows(env, st, current)), None
+    except Unsupported as err:
+        return None, f"cannot maintain differentially: {err}"
+
+
+def statement(env, plan: DeltaPlan, scratch: list[str]) -> str:
+    """Run ``plan``'s preparatory statements; the statement that applies the delta.
+
+    The temporary views made on the way are named in ``scratch`` (dropped after the commit by
+    :func:`drop_views`).  Raises :class:`~airflow_trickle.dvm.base.Unsupported` when the delta
+    cannot be rendered.
+    """
+    v = plan.versions
+    for node, part in plan.checkpoints:
+        v = v.bind(node, part, _checkpoint(env, plan.part_sql(v, node, part), part, scratch))
+    if not plan.probes_boundary:
+        return plan.apply_sql(v)
+    for block in plan.counted_groups:
+        rows = env.engine.collect(plan.groups_sql(v, block))
+        few = len(rows) <= KNOWN_GROUPS_LIMIT
+        if few:
+            v = v.bind(block, "groups", [tuple(row) for row in rows])
+        log.debug("groups touched: %s%s", len(rows), "" if few else " (too many to list)")
+    candidates = _checkpoint(env, plan.candidates_sql(v), "__trickle_candidates", scratch)
+    if env.engine.first(plan.probe_sql(v, candidates))[0]:
+        return plan.apply_sql(v, candidates=candidates)
+    log.info("%s: a row left the top-K; its rows are recomputed from the query", plan.st.name)
+    return plan.apply_sql(v, beyond_boundary=True)
+
+
+def _checkpoint(env, sql: str, prefix: str, scratch: list[str]) -> str:
+    """Compute ``sql`` once into a local checkpoint, as a temporary view named ``prefix_<id>``
+    (appended to ``scratch``, dropped after the commit); the view's name."""
+    view = f"{prefix}_{uuid.uuid4().hex}"
+    env.engine.checkpoint(sql, view)
+    scratch.append(view)
+    return view
+
+
+def drop_views(env, scratch: list[str]) -> None:
+    """Drop the temporary views a refresh made (:func:`statement`)."""
+    for view in scratch:
+        env.engine.drop_view(view)
+    scratch.clear()
+
+
+def is_append(plan: DeltaPlan | None) -> bool:
+    return plan is not None and plan.kind is PlanKind.APPEND

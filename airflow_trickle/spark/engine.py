@@ -1,0 +1,114 @@
+"""The engine seam: the one place that knows a classic Spark session from a Spark Connect one.
+
+The refresh path runs the same statements over an embedded session, the Spark service (Spark
+Connect) and spark-submit jobs; everything it needs of Spark beyond ``sql`` -- local
+checkpoints, temporary views, counting a refresh's Spark jobs, removing a dropped table's
+files, quieting the JVM's logs -- goes through :class:`SparkEngine`, which chooses public
+APIs where both kinds of session have them and says what a Connect session cannot do.
+Nothing outside ``spark/`` touches py4j (``_jvm``, ``_jsc``) or ``sparkContext``.
+"""
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def is_connect(spark) -> bool:
+    """True for a Spark Connect session (no JVM in this process: public APIs only)."""
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except Exception:  # noqa: BLE001 - the Connect client's dependencies are missing: not Connect
+        return False
+    return isinstance(spark, ConnectSession)
+
+
+class SparkEngine:
+    """What a refresh asks of a Spark session (``spark``, classic or Connect)."""
+
+    def __init__(self, spark):
+        self.spark = spark
+
+    @property
+    def is_connect(self) -> bool:
+        return is_connect(self.spark)
+
+    # -- statements -----------------------------------------------------------------------------
+
+    def sql(self, text: str):
+        return self.spark.sql(text)
+
+    def first(self, text: str):
+        """The first row of a statement (its metrics, for a MERGE)."""
+        return self.spark.sql(text).first()
+
+    def collect(self, text: str) -> list:
+        return self.spark.sql(text).collect()
+
+    def checkpoint(self, text: str, view: str) -> None:
+        """Compute ``text`` once, into a local checkpoint readable as the temporary view ``view``
+        (CTEs nested in subqueries are hoisted first: Spark plans them only at the top)."""
+        from airflow_trickle.sql.rewrite import hoist_nested_ctes
+
+        self.spark.sql(hoist_nested_ctes(text)).localCheckpoint().createOrReplaceTempView(view)
+
+    def drop_view(self, view: str) -> None:
+        try:
+            self.spark.catalog.dropTempView(view)
+        except Exception:  # noqa: BLE001 - a view left behind is only a name in this session
+            log.debug("could not drop the temporary view %s", view, exc_info=True)
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def job_counter(self, job_group: str) -> "JobCounter | None":
+        """Count the Spark jobs this thread starts from now on, under ``job_group``; None where
+        the session has no status tracker (Spark Connect, or a stand-in session in tests)."""
+        if self.spark is None or self.is_connect:
+            return None
+        try:
+            context = self.spark.sparkContext
+            tracker = context.statusTracker()
+            context.setJobGroup(job_group, "airflow_trickle refresh", interruptOnCancel=False)
+        except Exception:  # noqa: BLE001 - diagnostics only: no job count then
+            return None
+        return JobCounter(context, tracker, job_group)
+
+    # -- files and logs ------------------------------------------------------------------------
+
+    def remove_path(self, location: str) -> None:
+        """Remove the files under ``location`` through Hadoop's file system, where this process
+        has a JVM (a classic session); over Spark Connect the server's managed ``DROP TABLE``
+        removed them."""
+        if self.is_connect:
+            return
+        jvm = self.spark._jvm
+        path = jvm.org.apache.hadoop.fs.Path(location)
+        fs = path.getFileSystem(self.spark._jsc.hadoopConfiguration())
+        if fs.exists(path):
+            fs.delete(path, True)
+
+    def quiet_logs(self) -> None:
+        """Only errors from Spark's own logs (a spark-submit job's driver)."""
+        if not self.is_connect:
+            self.spark.sparkContext.setLogLevel("ERROR")
+
+
+class JobCounter:
+    """The Spark jobs of one job group (a classic session's status tracker)."""
+
+    def __init__(self, context, tracker, job_group: str):
+        self._context, self._tracker, self._job_group = context, tracker, job_group
+
+    def count(self) -> int | None:
+        try:
+            return len(self._tracker.getJobIdsForGroup(self._job_group))
+        except Exception:  # noqa: BLE001 - diagnostics only
+            return None
+
+    def close(self) -> None:
+        """Stop tagging this thread's jobs with the job group."""
+        try:
+            self._context.setLocalProperty("spark.jobGroup.id", None)
+            self._context.setLocalProperty("spark.job.description", None)
+        except Exception:  # noqa: BLE001 - diagnostics only
+            pass

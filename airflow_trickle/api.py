@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 
-from airflow_trickle import lifecycle
+from airflow_trickle.definition import lifecycle
 from airflow_trickle.catalog import CatalogStore, RefreshRecord, StreamTable
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import StreamTableNotFoundError, TrickleError
@@ -224,9 +224,9 @@ class Trickle:
 
     def check(self) -> list:
         """Every disagreement between the catalog, the storage tables and the sources (frontiers,
-        columns, definitions, change feeds), as :class:`~airflow_trickle.repair.Finding` s; empty
+        columns, definitions, change feeds), as :class:`~airflow_trickle.ops.repair.Finding` s; empty
         when all agree.  Changes nothing; on a local warehouse it starts no Spark."""
-        from airflow_trickle.repair import check
+        from airflow_trickle.ops.repair import check
 
         return check(self)
 
@@ -234,24 +234,24 @@ class Trickle:
         """Rebuild what the catalog lost from the storage tables (rows, dependencies, frontiers),
         and write the catalog's definition where a storage table lacks it; ``from_storage``: where
         the two disagree, the storage table's definition wins.  Returns what was done."""
-        from airflow_trickle.repair import repair
+        from airflow_trickle.ops.repair import repair
 
         return repair(self, from_storage=from_storage)
 
     def health(self, *, record_alerts: bool = True) -> list:
-        """Change-feed health per source and reader (:class:`~airflow_trickle.health.SourceHealth`):
+        """Change-feed health per source and reader (:class:`~airflow_trickle.ops.health.SourceHealth`):
         the change feed on or off, the oldest version in the log, the retentions, and for each
         reader the time left before a VACUUM may delete a change it has not read.  Readers AT_RISK
         or BROKEN get an ALERT row in the history (``record_alerts``).  No Spark."""
-        from airflow_trickle.health import health
+        from airflow_trickle.ops.health import health
 
         return health(self, record_alerts=record_alerts)
 
     def maintain(self, names: list[str] | None = None, *, retention_hours: float | None = None) -> list:
         """Compact (OPTIMIZE) and VACUUM the storage of ``names`` (default: all stream tables) with
         a retention that keeps what every reader still needs, and compact the catalog; one
-        :class:`~airflow_trickle.maintain.Maintained` per table."""
-        from airflow_trickle.maintain import maintain
+        :class:`~airflow_trickle.ops.maintain.Maintained` per table."""
+        from airflow_trickle.ops.maintain import maintain
 
         self.sync()
         return maintain(self, [qualify_name(n) for n in names] if names else None, retention_hours=retention_hours)
@@ -269,7 +269,7 @@ class Trickle:
         """One summary row per stream table (pg_trickle's ``pgt_status``)."""
         from airflow_trickle.catalog.model import utcnow
 
-        from airflow_trickle.overview import freshness_targets
+        from airflow_trickle.ops.overview import freshness_targets
 
         tables = [self.get(name)] if name else self.catalog.list()
         now = utcnow()
@@ -297,7 +297,7 @@ class Trickle:
 
         For a FULL table: why it is FULL, and the recompute query.
         """
-        from airflow_trickle.explain import explain
+        from airflow_trickle.ops.explain import explain
 
         self.sync()
         return explain(self, self.get(name))

@@ -235,7 +235,7 @@ def _verb(tr, args) -> int:
               columns=["table", "active_files_before", "active_files_after", "files_on_disk_before",
                        "files_on_disk_after", "retained_hours", "note"])
     elif args.verb == "health":
-        from airflow_trickle.health import duration_text as _duration
+        from airflow_trickle.ops.health import duration_text as _duration
 
         report = tr.health()
         rows = [{"source": s.source, "change_feed": "on" if s.change_feed else "off",

@@ -21,7 +21,7 @@ from airflow.sdk import DAG, Asset, Param, TaskGroup, get_parsing_context
 from airflow_trickle.operators.refresh import StreamTableRefreshOperator
 from airflow_trickle.operators.selection import StreamTableSelectionOperator
 from airflow_trickle.model import RunMode
-from airflow_trickle.planning import table_choices
+from airflow_trickle.project.planning import table_choices
 from airflow_trickle.project import Project, load_project
 from airflow_trickle.schedule import format_duration, parse_schedule
 from airflow_trickle.sql.parse import pretty_sql
@@ -107,7 +107,7 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
 def maintenance_dag(project: Project | str | os.PathLike) -> DAG:
     """The DAG ``<dag_id>__maintenance`` on the project's ``airflow.maintenance`` schedule: one
     task that compacts (OPTIMIZE) and VACUUMs every stream table of the project and compacts the
-    catalog, keeping every version a reader still needs (:mod:`airflow_trickle.maintain`).
+    catalog, keeping every version a reader still needs (:mod:`airflow_trickle.ops.maintain`).
 
     :func:`stream_table_dag` makes it beside the refresh DAG when the schedule is set (it is
     off by default); a separate DAG, so that its cadence is Airflow's to keep."""

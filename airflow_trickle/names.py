@@ -1,4 +1,5 @@
-"""Table names: ``[database.]table``, normalised to lower-case ``database.table``."""
+"""Names: tables (``[database.]table``, normalised to lower-case ``database.table``), storage
+locations, and the key of a refresh's commit metadata."""
 from __future__ import annotations
 
 import re
@@ -7,6 +8,8 @@ from airflow_trickle.errors import InvalidNameError
 from airflow_trickle.model import HIDDEN_PREFIX
 
 DEFAULT_DATABASE = "default"
+#: The key of a refresh's record in a Delta commit's metadata (``userMetadata``).
+COMMIT_KEY = "airflow_trickle"
 _PART = r"[A-Za-z_][A-Za-z0-9_]*"
 _NAME = re.compile(rf"^(?:(?P<db>{_PART})\.)?(?P<table>{_PART})$")
 
@@ -36,3 +39,12 @@ def quote_name(qualified: str) -> str:
 def quote_string(text: str) -> str:
     """A Spark SQL string literal holding ``text`` exactly (backslashes and quotes escaped)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def normalize_location(location: str) -> str:
+    """``file:/tmp/x`` (as Spark reports it) -> ``/tmp/x``; other URIs unchanged."""
+    if location.startswith("file://"):
+        return location[len("file://"):]
+    if location.startswith("file:"):
+        return location[len("file:"):]
+    return location

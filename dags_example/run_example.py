@@ -168,7 +168,7 @@ def run_dag(dag, title: str, conf: dict | None = None) -> dict:
 def refusal(run: dict, conf: dict) -> str | None:
     """The plan task's refusal, when it failed ``run`` before any refresh task ran."""
     from airflow_trickle.errors import TrickleError
-    from airflow_trickle.planning import select
+    from airflow_trickle.project.planning import select
     from airflow_trickle.project import load_project
 
     refreshes = {task: state for task, state in run["tasks"].items() if task != "plan"}

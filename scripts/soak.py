@@ -54,7 +54,7 @@ def change(tr, rng: random.Random, next_id: int) -> int:
 
 def file_counts(location: str) -> tuple[int, int, int]:
     """(active files, data files on disk, commit files in the log) of a local Delta table."""
-    from airflow_trickle.deltalog import active_file_count, normalize_location
+    from airflow_trickle.storage.deltalog import active_file_count, normalize_location
 
     root = normalize_location(location)
     on_disk = sum(1 for folder, _, files in os.walk(root) if "_delta_log" not in folder

@@ -32,7 +32,7 @@ def stream_table(tr, db, monkeypatch):
 
 
 def test_refresh_task_ends_without_spark_records_the_miss_and_notifies(tr, stream_table, monkeypatch):
-    from airflow_trickle import notes
+    from airflow_trickle.operators import notes
     from airflow_trickle.operators.refresh import StreamTableRefreshOperator
 
     noted = []  # (connection, note) of every task note the task writes

@@ -53,7 +53,7 @@ def test_diamond_groups_lists_members_convergence_and_epoch(tr, diamond):
 
 
 def test_downstream_reads_upstreams_at_their_refresh_versions_and_records_them(tr, diamond):
-    from airflow_trickle.deltalog import recorded_refreshes
+    from airflow_trickle.storage.deltalog import recorded_refreshes
 
     db = diamond
     tr.sql(f"INSERT INTO {db}.a VALUES (6, 8)")
@@ -229,7 +229,7 @@ def test_alter_query_replaces_the_rows_in_one_commit_and_readers_never_see_an_em
     import subprocess
     import sys
 
-    from airflow_trickle.deltalog import latest_version
+    from airflow_trickle.storage.deltalog import latest_version
 
     name = f"{db}.shown"
     tr.sql(f"CREATE TABLE {db}.a (k INT, v INT) USING delta")

@@ -97,7 +97,7 @@ def test_trigger_form_is_a_pick_list_with_nothing_required(dag):
 
 
 def test_every_choice_of_the_form_is_accepted_by_plan(dag):
-    from airflow_trickle.planning import select
+    from airflow_trickle.project.planning import select
     from airflow_trickle.project import load_project
 
     project = load_project(EXAMPLE)

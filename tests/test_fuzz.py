@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from airflow_trickle import Trickle
 from airflow_trickle.options import OPTION_NAMES as OPTIONS
 from airflow_trickle.errors import TrickleError
-from airflow_trickle.planning import RUN_PARAMETERS, Selection, select
+from airflow_trickle.project.planning import RUN_PARAMETERS, Selection, select
 from airflow_trickle.project import define_project, project_from_dict
 
 fuzz = settings(max_examples=150, deadline=None, derandomize=True, database=None,

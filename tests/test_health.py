@@ -12,7 +12,7 @@ from deltalake import write_deltalake
 from airflow_trickle.catalog import CatalogStore
 from airflow_trickle.catalog.model import Dependency, StreamTable, utcnow
 from airflow_trickle.config import TrickleConfig
-from airflow_trickle.health import health
+from airflow_trickle.ops.health import health
 
 
 def watched(tmp_path, *, change_feed=True, retention=None):
@@ -69,7 +69,7 @@ def test_a_deleted_file_of_the_unread_window_is_broken(tmp_path):
 
 
 def test_a_change_feed_turned_off_is_at_risk_and_the_page_shows_it(tmp_path):
-    from airflow_trickle.overview import overview
+    from airflow_trickle.ops.overview import overview
 
     path, env = watched(tmp_path, change_feed=False)
     write_deltalake(path, pa.table({"k": [3]}), mode="append")

@@ -1,4 +1,4 @@
-"""Task and run notes through Airflow's REST API (``airflow_trickle.notes``), without Airflow: a
+"""Task and run notes through Airflow's REST API (``airflow_trickle.operators.notes``), without Airflow: a
 fake HTTP client answers as a busy or a refusing API server would."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_trickle import notes
-from airflow_trickle.notes import NoteWriter, write_task_note
+from airflow_trickle.operators import notes
+from airflow_trickle.operators.notes import NoteWriter, write_task_note
 
 
 class Answer:

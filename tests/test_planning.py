@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_trickle.errors import InvalidParameterError
-from airflow_trickle.planning import freshness_miss, is_due, select
+from airflow_trickle.project.planning import freshness_miss, is_due, select
 from airflow_trickle.project import define_project
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)

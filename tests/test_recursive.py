@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from airflow_trickle.deltalog import newest_refresh
+from airflow_trickle.storage.deltalog import newest_refresh
 from tests.oracle import both_multisets
 
 # over the Spark service by default (the path Airflow tasks take); classic too when asked

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from airflow_trickle.deltalog import insert_only_commits
+from airflow_trickle.storage.deltalog import insert_only_commits
 from airflow_trickle.dvm.delta_plan import plan_refresh
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions

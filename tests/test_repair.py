@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.model import Identity, StorageLayout, Strategy
 from airflow_trickle.names import quote_string
-from airflow_trickle.repair import DEFINITION_KEY, definition_properties, rows_from_record
+from airflow_trickle.storage.definitions import DEFINITION_KEY, definition_properties, rows_from_record
 from airflow_trickle.spark.session import CATALOG_DIR
 from tests.conftest import rows
 

@@ -4,7 +4,7 @@ from airflow_trickle.errors import InvalidNameError, InvalidQueryError
 from airflow_trickle.names import qualify_name
 from airflow_trickle.sql.parse import nondeterministic_calls, parse_query, source_names
 from airflow_trickle.sql.rewrite import name_outputs, pin_sources, row_hash_sql
-from airflow_trickle.storage import column_mapping_properties
+from airflow_trickle.storage.tables import column_mapping_properties
 
 
 def test_qualify_name():

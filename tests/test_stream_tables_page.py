@@ -50,7 +50,7 @@ def warehouse(tmp_path):
 
 
 def test_overview_gives_age_against_target_and_recent_refreshes(warehouse):
-    from airflow_trickle.overview import operator_tree, overview
+    from airflow_trickle.ops.overview import operator_tree, overview
 
     catalog = CatalogStore(f"{warehouse}/_trickle")
     lines, totals = overview(catalog, utcnow())

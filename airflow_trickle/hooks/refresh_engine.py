@@ -193,7 +193,7 @@ def _connect_outcomes(tr, results: list[dict]) -> dict[str, dict]:
 
 
 def _table_version(tr, name: str) -> int:
-    from airflow_trickle.deltalog import latest_version
+    from airflow_trickle.storage.deltalog import latest_version
 
     return latest_version(tr.get(name).location)
 

@@ -78,7 +78,7 @@ class TrickleHook(BaseHook):
 
     def pending_sources(self, name: str, source: str | None = None) -> dict[str, tuple[int, int]]:
         """Sources of ``name`` with versions beyond its frontier: ``{source: (frontier, latest)}``."""
-        from airflow_trickle.deltalog import latest_version
+        from airflow_trickle.storage.deltalog import latest_version
 
         st = self.stream_table(name)
         pending = {}
@@ -94,7 +94,7 @@ class TrickleHook(BaseHook):
         return pending
 
     def table_version(self, name: str) -> int:
-        from airflow_trickle.deltalog import latest_version
+        from airflow_trickle.storage.deltalog import latest_version
 
         return latest_version(self.stream_table(name).location)
 

@@ -44,7 +44,7 @@ def _record(warehouse: str, project: str, targets: dict[str, int], interval_seco
 
     from airflow_trickle.catalog.model import utcnow
     from airflow_trickle.hooks.trickle import TrickleHook
-    from airflow_trickle.planning import freshness_miss
+    from airflow_trickle.project.planning import freshness_miss
     from airflow_trickle.schedule import format_duration
 
     hook = TrickleHook(warehouse, settings=settings)

@@ -7,7 +7,7 @@ from airflow_trickle.project import Project, load_project
 
 class StreamTableMaintenanceOperator(StreamTableRefreshOperator):
     """OPTIMIZE and VACUUM the storage of every stream table of ``project`` and compact the
-    catalog (:mod:`airflow_trickle.maintain`), the way refreshes run (Spark service or
+    catalog (:mod:`airflow_trickle.ops.maintain`), the way refreshes run (Spark service or
     spark-submit).  It holds the tables' refresh locks meanwhile: a refresh waits rather than
     racing a compaction (Delta would make one of the two retry).
 

@@ -8,7 +8,7 @@ downstream run anyway (their trigger rule is ``none_failed``) and decide for the
 The work that needs Spark goes to :class:`~airflow_trickle.hooks.refresh_engine.StreamTableEngineHook`,
 which runs it over the Spark service or as a spark-submit job, as the connection says.  The
 refresh lock is :func:`~airflow_trickle.refresh.lock.refresh_lock`'s, the due check and the
-freshness target :mod:`~airflow_trickle.planning`'s.
+freshness target :mod:`~airflow_trickle.project.planning`'s.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class StreamTableRefreshOperator(BaseOperator):
     def execute(self, context) -> dict:
         """Refresh, and note the outcome on the task instance in one line (with a
         ``notes_connection``): what it did, why it skipped, or why it failed."""
-        from airflow_trickle.notes import write_task_note
+        from airflow_trickle.operators.notes import write_task_note
 
         started = time.monotonic()
         conn_id = self.project.airflow.notes_connection
@@ -84,7 +84,7 @@ class StreamTableRefreshOperator(BaseOperator):
 
     def _execute(self, context) -> dict:
         from airflow_trickle.errors import TrickleError
-        from airflow_trickle.planning import select
+        from airflow_trickle.project.planning import select
         from airflow_trickle.refresh.lock import refresh_lock
 
         project = self.project
@@ -112,7 +112,7 @@ class StreamTableRefreshOperator(BaseOperator):
     def _refresh(self, context, unit: RefreshUnit, selection, members: list[str]) -> dict[str, dict]:
         from airflow_trickle.catalog.model import utcnow
         from airflow_trickle.hooks.trickle import TrickleHook
-        from airflow_trickle.planning import is_due
+        from airflow_trickle.project.planning import is_due
 
         project = self.project
         hook = TrickleHook(project.warehouse, settings=project.settings)
@@ -153,7 +153,7 @@ class StreamTableRefreshOperator(BaseOperator):
         return period / 2 if period else timedelta(0)
 
     def _check_freshness(self, context, hook, rows: dict, now, tag: str) -> None:
-        from airflow_trickle.planning import freshness_miss
+        from airflow_trickle.project.planning import freshness_miss
 
         for name, row in rows.items():
             miss = freshness_miss(name, self.project.freshness_target(name), row.data_timestamp if row else None, now)

@@ -24,8 +24,8 @@ class StreamTableSelectionOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         from airflow_trickle.errors import TrickleError
-        from airflow_trickle.notes import write_run_note
-        from airflow_trickle.planning import select
+        from airflow_trickle.operators.notes import write_run_note
+        from airflow_trickle.project.planning import select
 
         manual = _is_manual(context)
         try:

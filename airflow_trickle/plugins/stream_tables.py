@@ -9,7 +9,7 @@ browser sends the UI's session cookie, so the framed page needs no login of its 
 
 Which warehouses: ``[airflow_trickle] warehouses`` in the Airflow configuration (comma
 separated; ``AIRFLOW__AIRFLOW_TRICKLE__WAREHOUSES``), else ``$TRICKLE_WAREHOUSE``. Nothing here
-starts Spark: the numbers come from :mod:`airflow_trickle.overview`, as ``trickle status``'s do.
+starts Spark: the numbers come from :mod:`airflow_trickle.ops.overview`, as ``trickle status``'s do.
 """
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def page() -> str:
 
 @app.get("/api/stream_tables")
 def stream_tables() -> dict:
-    """Every configured warehouse and its stream tables (see :func:`airflow_trickle.overview.overview`)."""
+    """Every configured warehouse and its stream tables (see :func:`airflow_trickle.ops.overview.overview`)."""
     from airflow_trickle.catalog.model import utcnow
-    from airflow_trickle.overview import overview
+    from airflow_trickle.ops.overview import overview
 
     now = utcnow()
     warehouses = []
@@ -66,7 +66,7 @@ def stream_tables() -> dict:
 @app.get("/api/stream_tables/{name}/tree")
 def operator_tree(name: str, warehouse: str) -> dict:
     """The operator tree of one stream table (``explain``'s first part, without Spark)."""
-    from airflow_trickle.overview import operator_tree as tree
+    from airflow_trickle.ops.overview import operator_tree as tree
 
     if warehouse not in configured_warehouses():
         raise HTTPException(status_code=404, detail=f"warehouse {warehouse!r} is not configured")

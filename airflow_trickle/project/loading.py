@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_trickle.config import TrickleConfig
-from airflow_trickle.definition import check_static
+from airflow_trickle.definition.analysis import check_static
 from airflow_trickle.errors import CycleError, ProjectError, ProjectErrors, TrickleError, UnknownSourceError
 from airflow_trickle.errors import UnsupportedConstructError
 from airflow_trickle.graph import build_graph, consistency_groups, effective_periods, find_cycle

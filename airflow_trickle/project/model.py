@@ -149,13 +149,13 @@ class AirflowSettings:
     retry_delay: timedelta = timedelta(seconds=30)
     start_date: str = "2024-01-01"
     #: Schedule of the maintenance DAG (``<dag_id>__maintenance``: OPTIMIZE and VACUUM of every
-    #: stream table, see :mod:`airflow_trickle.maintain`); ``None``, the default, makes none.
+    #: stream table, see :mod:`airflow_trickle.ops.maintain`); ``None``, the default, makes none.
     maintenance: str | None = None
     #: Its VACUUM retention in hours (default: each table's own); stretched for lagging readers.
     maintenance_retention_hours: float | None = None
     #: An Airflow connection to Airflow's own REST API (host, port, login, password): with one,
     #: each refresh task notes its outcome on its task instance and ``plan`` its selection on the
-    #: run (:mod:`airflow_trickle.notes`); without one, no notes.
+    #: run (:mod:`airflow_trickle.operators.notes`); without one, no notes.
     notes_connection: str | None = None
 
     @property

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from airflow_trickle.catalog import StreamTable
 from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.deltalog import latest_version, recorded_refreshes, row_count
+from airflow_trickle.storage.deltalog import latest_version, recorded_refreshes, row_count
 from airflow_trickle.dvm.base import Unsupported
 from airflow_trickle.model import Action, RefreshMode
 from airflow_trickle.refresh.cost import ObservedTimes, observed_times

@@ -40,7 +40,7 @@ class ChangeEstimate:
 def observed_fanout(record: dict | None) -> float:
     """Stored rows touched per changed source row in a refresh commit's record (1.0 if unknown).
 
-    ``record`` is one entry of :func:`airflow_trickle.deltalog.recorded_refreshes`: the
+    ``record`` is one entry of :func:`airflow_trickle.storage.deltalog.recorded_refreshes`: the
     refresh's own metadata (``changed_rows``) plus the commit's ``metrics``.
     """
     if not record:

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from airflow_trickle.catalog import StreamTable
-from airflow_trickle.deltalog import (changed_rows, latest_version, newest_refresh, only_empty_commits,
+from airflow_trickle.storage.deltalog import (changed_rows, latest_version, newest_refresh, only_empty_commits,
                                       recorded_refreshes, row_count)
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
 from airflow_trickle.model import Action, RefreshMode, RunMode, SourceType, Status

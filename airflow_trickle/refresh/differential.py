@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from airflow_trickle.deltalog import insert_only_commits
+from airflow_trickle.storage.deltalog import insert_only_commits
 from airflow_trickle.dvm.base import Unsupported, Versions
 from airflow_trickle.dvm.delta_plan import KNOWN_GROUPS_LIMIT, DeltaPlan, PlanKind, plan_refresh
 from airflow_trickle.model import CdcMode, SourceType

@@ -12,7 +12,7 @@ from __future__ import annotations
 from airflow_trickle.model import SourceType
 from airflow_trickle.names import quote_name
 from airflow_trickle.sql.rewrite import row_hash_sql
-from airflow_trickle.storage import DUP, ROW_ID
+from airflow_trickle.storage.tables import DUP, ROW_ID
 
 
 def numbered_rows_sql(result_sql: str, columns: list[str]) -> str:

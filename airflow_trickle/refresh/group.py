@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from airflow_trickle.catalog import RefreshRecord, StreamTable
 from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.deltalog import latest_version
+from airflow_trickle.storage.deltalog import latest_version
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
 from airflow_trickle.model import Action, Outcome
 from airflow_trickle.refresh.apply import apply_refresh

@@ -38,7 +38,7 @@ import re
 
 from sqlglot import exp, parse_one
 
-from airflow_trickle.deltalog import COMMIT_KEY, open_table
+from airflow_trickle.storage.deltalog import COMMIT_KEY, open_table
 from airflow_trickle.model import DUP, ROW_ID
 from airflow_trickle.sql.parse import DIALECT
 from airflow_trickle.sql.rewrite import hoist_nested_ctes

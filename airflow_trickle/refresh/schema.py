@@ -13,6 +13,7 @@ from airflow_trickle.catalog import StreamTable
 from airflow_trickle.errors import RefreshError
 from airflow_trickle.names import quote_name
 from airflow_trickle.refresh.full import pinned_query_sql
+from airflow_trickle.spark.delta import schema_fingerprint, visible_columns
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +25,9 @@ def source_schema_change(env, st: StreamTable) -> str | None:
     remembered and ignored; one that changes the output's columns or types needs REINITIALIZE;
     one that removes a column the query uses cannot be refreshed at all.
     """
-    from airflow_trickle.definition import _visible_columns, schema_fingerprint
-
     changed = []
     for dep in env.catalog.dependencies(st.name):
-        columns = _visible_columns(env.spark, dep.source_name)
+        columns = visible_columns(env.spark, dep.source_name)
         fingerprint = schema_fingerprint(columns)
         if dep.schema_fingerprint in (None, fingerprint):
             continue
@@ -63,11 +62,9 @@ def stored_output(env, st: StreamTable) -> list[tuple[str, str]]:
 
 
 def remember_source_schemas(env, st: StreamTable) -> None:
-    from airflow_trickle.definition import _visible_columns, schema_fingerprint
-
     for dep in env.catalog.dependencies(st.name):
         env.catalog.set_schema_fingerprint(st.name, dep.source_name,
-                                           schema_fingerprint(_visible_columns(env.spark, dep.source_name)))
+                                           schema_fingerprint(visible_columns(env.spark, dep.source_name)))
 
 
 def storage_changes(env, st: StreamTable) -> bool:

@@ -76,10 +76,10 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
                   local: bool) -> Writer:
     """The writer of a decided refresh: ``delta_sql`` is the DIFFERENTIAL statement (None for
     FULL and REINITIALIZE); ``local``: the cost model expects a change small enough for delta-rs."""
-    from airflow_trickle.deltalog import has_no_data_files
+    from airflow_trickle.storage.deltalog import has_no_data_files
     from airflow_trickle.refresh.schema import storage_changes
-    from airflow_trickle.repair import definition_properties
-    from airflow_trickle.storage import replace_storage_sql
+    from airflow_trickle.storage.definitions import definition_properties
+    from airflow_trickle.storage.tables import replace_storage_sql
 
     if delta_sql is not None:
         if appending:

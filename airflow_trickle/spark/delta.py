@@ -5,8 +5,8 @@ import json
 from contextlib import contextmanager
 from typing import Iterator
 
-from airflow_trickle.deltalog import COMMIT_KEY
-from airflow_trickle.names import quote_name
+from airflow_trickle.model import HIDDEN_PREFIX
+from airflow_trickle.names import COMMIT_KEY, normalize_location, quote_name
 
 _CONF_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _CONF_TXN_APP = "spark.databricks.delta.write.txnAppId"
@@ -27,8 +27,6 @@ def is_delta(spark, name: str) -> bool:
 
 def table_location(spark, name: str) -> str:
     """Where the Delta table ``name`` is stored (a path or URI, ``file:`` removed)."""
-    from airflow_trickle.deltalog import normalize_location
-
     # The catalog's metadata names it without a Spark job; DESCRIBE DETAIL (a job that sums
     # file sizes, half a second on a small table) only where the catalog does not.
     for row in spark.sql(f"DESCRIBE TABLE EXTENDED {quote_name(name)}").collect():
@@ -61,3 +59,18 @@ def refresh_commit(spark, *, metadata: dict, txn_app_id: str | None, txn_version
     finally:
         for key in (_CONF_USER_METADATA, _CONF_TXN_APP, _CONF_TXN_VERSION):
             conf.unset(key)
+
+
+def visible_columns(spark, name: str) -> list[tuple[str, str]]:
+    """The columns of table ``name`` and their types, hidden ``__trickle_*`` columns left out."""
+    schema = spark.table(quote_name(name)).schema
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields if not f.name.startswith(HIDDEN_PREFIX)]
+
+
+def schema_fingerprint(columns: list[tuple[str, str]]) -> str:
+    """A source's schema as a short hash: a refresh compares it with the one its definition saw."""
+    import json
+
+    import xxhash
+
+    return xxhash.xxh64(json.dumps(columns).encode()).hexdigest()

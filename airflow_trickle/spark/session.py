@@ -131,7 +131,7 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
     only, so it works the same over Spark Connect: the directory scan runs here, the
     registrations on the server, whose in-memory catalog every Connect session shares.
     Tables registered here are *external* (``CREATE TABLE ... LOCATION``): dropping a stream
-    table removes its files explicitly (:func:`airflow_trickle.storage.drop_storage_table`).
+    table removes its files explicitly (:func:`airflow_trickle.storage.tables.drop_storage_table`).
     """
     root = local_path(warehouse)
     if not root or not os.path.isdir(root) or not uses_in_memory_catalog(spark):

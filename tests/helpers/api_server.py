@@ -66,11 +66,11 @@ def main(warehouse: str, dags_folder: str | None = None) -> None:
 
 def _notes(client, bearer: dict) -> dict:
     """Trigger a run of the example's DAG and write a task note and a run note the way a refresh
-    task does (``airflow_trickle.notes``, logging in as "noter"); read them back; and try once
+    task does (``airflow_trickle.operators.notes``, logging in as "noter"); read them back; and try once
     with a wrong password (the writer must say False, not raise)."""
     from types import SimpleNamespace
 
-    from airflow_trickle.notes import NoteWriter, write_run_note, write_task_note
+    from airflow_trickle.operators.notes import NoteWriter, write_run_note, write_task_note
 
     dag_id = "trickle_shop"
     run = client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None}, headers=_admin())

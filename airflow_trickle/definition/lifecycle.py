@@ -15,12 +15,12 @@ import uuid
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.options import TableOptions
-from airflow_trickle.definition import Definition, analyze, check_options, check_static, mode_choice
+from airflow_trickle.definition.analysis import Definition, analyze, check_options, check_static, mode_choice
 from airflow_trickle.errors import DefinitionError, StreamTableNotFoundError, UnsupportedConstructError
 from airflow_trickle.model import CdcMode, RefreshMode, SourceType, Status, StorageLayout
 from airflow_trickle.names import qualify_name, quote_name
 from airflow_trickle.refresh import refresh_stream_table
-from airflow_trickle.repair import definition_properties, record_definition
+from airflow_trickle.storage.definitions import definition_properties, record_definition
 from airflow_trickle.schedule import parse_schedule
 from airflow_trickle.spark.delta import table_location, table_properties
 
@@ -36,7 +36,7 @@ def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bo
     If a step after the storage table's creation fails, everything created is removed again, so
     a failed create leaves no table and no catalog row.
     """
-    from airflow_trickle.storage import drop_storage_table
+    from airflow_trickle.storage.tables import drop_storage_table
 
     # What needs no Spark is refused before Spark starts (a bad schedule should not cost a JVM).
     check_static(name, query, schedule, refresh_mode or env.config.default_refresh_mode)
@@ -69,7 +69,7 @@ def install(env, st: StreamTable, definition: Definition, *, replace: bool) -> N
     change), so readers see the old rows, then the new -- never an empty table; an ALTER
     interrupted before that refresh is finished by the next one.
     """
-    from airflow_trickle.storage import create_storage_table
+    from airflow_trickle.storage.tables import create_storage_table
 
     if st.effective_mode == RefreshMode.DIFFERENTIAL:
         from airflow_trickle.dvm.apply import storage_layout
@@ -146,7 +146,7 @@ def drop(env, name: str, *, if_exists: bool, cascade: bool) -> None:
 
 
 def _drop_one(env, name: str) -> None:
-    from airflow_trickle.storage import drop_storage_table
+    from airflow_trickle.storage.tables import drop_storage_table
 
     forget(env, name)
     drop_storage_table(env.spark, name)

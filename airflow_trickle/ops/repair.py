@@ -5,7 +5,7 @@ what matters.  Each storage table holds:
 
 * its **definition** -- query, modes, schedule, options, layout, sources -- as the table
   property ``trickle.definition`` (JSON), written when the table is created and whenever the
-  definition changes (:func:`definition_properties`, :func:`record_definition`);
+  definition changes (``storage/definitions.py``);
 * its **frontier** -- what it has consumed -- in the commit metadata of its newest refresh
   commit (``refresh/apply.py``).
 
@@ -19,100 +19,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
-from datetime import datetime
+from dataclasses import dataclass
 
 from airflow_trickle.catalog import Dependency, StreamTable
-from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.model import CdcMode, RefreshMode, StorageLayout
-from airflow_trickle.names import quote_name, quote_string
+from airflow_trickle.model import CdcMode, RefreshMode
+from airflow_trickle.storage.definitions import (_DEFINED, DEFINITION_KEY, _defined, _recorded, record_definition,
+                                                 rows_from_record)
 
 log = logging.getLogger(__name__)
-
-#: The storage table property that holds the definition.
-DEFINITION_KEY = "trickle.definition"
-
-#: What the definition holds of a catalog row (the rest is refresh state, or derived).
-_DEFINED = ("name", "st_id", "defining_query", "original_query", "schedule", "refresh_mode", "effective_mode",
-            "mode_reason", "output_columns", "options")
-
-
-def _defined(st: StreamTable, key: str):
-    """A definition field of ``st`` as a definition record holds it (plain JSON values)."""
-    return st.options.to_dict() if key == "options" else getattr(st, key)
-
-
-def _recorded(record: dict, key: str):
-    """A definition field as a stored record holds it, options in their checked form (a record
-    an older version wrote may spell ``strict: "yes"`` where the catalog now holds ``True``)."""
-    from airflow_trickle.options import TableOptions
-
-    if key == "options":
-        try:
-            return TableOptions.parse(record.get(key), stream_table=record.get("name")).to_dict()
-        except Exception:  # noqa: BLE001 - unreadable options differ from any checked ones
-            return record.get(key)
-    return record.get(key)
-
-
-def definition_record(st: StreamTable, dependencies: list[Dependency]) -> dict:
-    """The part of ``st``'s catalog rows that cannot be recomputed from the data: a JSON-able dict."""
-    record = {key: _defined(st, key) for key in _DEFINED}
-    record["storage"] = st.storage.to_dict()
-    record["created_at"] = st.created_at.isoformat() if st.created_at else None
-    # the definition id is the catalog's own bookkeeping: a rebuilt catalog draws a new one
-    record["dependencies"] = [{k: v for k, v in asdict(d).items() if k not in ("st_name", "definition_id")}
-                              for d in dependencies]
-    return record
-
-
-def definition_properties(st: StreamTable, dependencies: list[Dependency]) -> dict[str, str]:
-    """Table properties to write on ``st``'s storage table."""
-    return {DEFINITION_KEY: json.dumps(definition_record(st, dependencies), sort_keys=True, default=str)}
-
-
-def record_definition(env, name: str) -> None:
-    """Write ``name``'s current definition from the catalog into its storage table's properties
-    (one metadata-only Delta commit: no data file changes, readers see no change), unless the
-    storage table holds it already (an ALTER that replaced the table wrote it in that commit)."""
-    from airflow_trickle.deltalog import table_configuration
-
-    st = env.catalog.get(name)
-    if st is None:
-        return
-    props = definition_properties(st, env.catalog.dependencies(name))
-    try:
-        stored = table_configuration(st.location).get(DEFINITION_KEY)
-    except Exception:  # noqa: BLE001 - unreadable here: write it through Spark anyway
-        stored = None
-    if stored is not None and _same_definition(stored, props[DEFINITION_KEY]):
-        return
-    assignments = ", ".join(f"{quote_string(k)} = {quote_string(v)}" for k, v in props.items())
-    env.spark.sql(f"ALTER TABLE {quote_name(name)} SET TBLPROPERTIES ({assignments})")
-
-
-def _same_definition(stored: str, wanted: str) -> bool:
-    try:
-        return json.loads(stored) == json.loads(wanted)
-    except ValueError:
-        return False
-
-
-def rows_from_record(record: dict, location: str, newest: dict | None) -> tuple[StreamTable, list[Dependency]]:
-    """The catalog rows of a stream table, from its definition and its newest refresh commit."""
-    values = {key: record.get(key) for key in _DEFINED}
-    st = StreamTable(**values, storage=StorageLayout.from_dict(record.get("storage")), location=location)
-    created = record.get("created_at")
-    st.created_at = datetime.fromisoformat(created) if created else utcnow()
-    if newest is not None:
-        st.frontier = {k: int(v) for k, v in (newest.get("frontier") or {}).items()}
-        st.refresh_seq = int(newest["seq"])
-        st.is_populated = True
-        stamp = newest.get("data_timestamp")
-        st.data_timestamp = datetime.fromisoformat(stamp) if stamp else None
-        st.last_refresh_at = st.data_timestamp
-    dependencies = [Dependency(st_name=st.name, **dep) for dep in record.get("dependencies") or []]
-    return st, dependencies
 
 
 # -- what is stored ------------------------------------------------------------------------------
@@ -131,7 +45,7 @@ class Stored:
 
 def stored_stream_tables(env) -> dict[str, Stored]:
     """Every storage table of the warehouse that carries a definition, by stream-table name."""
-    from airflow_trickle.deltalog import column_names, newest_refresh, table_configuration
+    from airflow_trickle.storage.deltalog import column_names, newest_refresh, table_configuration
     from airflow_trickle.names import HIDDEN_PREFIX
 
     found = {}
@@ -217,7 +131,7 @@ def check(env) -> list[Finding]:
 
 
 def _readable(location: str) -> bool:
-    from airflow_trickle.deltalog import latest_version
+    from airflow_trickle.storage.deltalog import latest_version
 
     try:
         latest_version(location)
@@ -255,7 +169,7 @@ def _compare(st: StreamTable, stored: Stored) -> list[Finding]:
 
 
 def _check_source(st: StreamTable, dep: Dependency) -> list[Finding]:
-    from airflow_trickle.deltalog import latest_version, table_configuration
+    from airflow_trickle.storage.deltalog import latest_version, table_configuration
 
     where = dep.source_location
     try:

@@ -7,17 +7,7 @@ from __future__ import annotations
 
 import json
 
-#: Key under which a refresh records itself in a Delta commit's ``userMetadata``.
-COMMIT_KEY = "airflow_trickle"
-
-
-def normalize_location(location: str) -> str:
-    """``file:/tmp/x`` (as Spark reports it) -> ``/tmp/x``; other URIs unchanged."""
-    if location.startswith("file://"):
-        return location[len("file://"):]
-    if location.startswith("file:"):
-        return location[len("file:"):]
-    return location
+from airflow_trickle.names import COMMIT_KEY, normalize_location  # noqa: F401 - what the logs are read by
 
 
 def open_table(location: str, storage_options: dict | None = None):

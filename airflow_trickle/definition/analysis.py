@@ -6,11 +6,9 @@ asks Spark and the catalog, but writes nothing.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
-import xxhash
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.qualify import qualify
@@ -34,6 +32,7 @@ from airflow_trickle.sql.parse import (
     parse_query,
     source_names,
 )
+from airflow_trickle.spark.delta import schema_fingerprint, visible_columns
 from airflow_trickle.sql.rewrite import name_outputs, pin_sources
 
 #: Characters no stored column name may hold (others that Delta refuses, such as the parentheses
@@ -77,10 +76,6 @@ def check_options(options, *, stream_table: str):
     from airflow_trickle.options import TableOptions
 
     return TableOptions.parse(options, stream_table=stream_table)
-
-
-def schema_fingerprint(columns: list[tuple[str, str]]) -> str:
-    return xxhash.xxh64(json.dumps(columns).encode()).hexdigest()
 
 
 def check_static(name: str, query: str, schedule: str | None,
@@ -131,7 +126,7 @@ def analyze(
     sources: dict[str, SourceInfo] = {}
     for source in source_names(ast):
         if source in stream_tables:
-            columns = _visible_columns(spark, source)
+            columns = visible_columns(spark, source)
             sources[source] = SourceInfo(source, SourceType.STREAM_TABLE, columns)
             continue
         if not table_exists(spark, source):
@@ -142,7 +137,7 @@ def analyze(
                 stream_table=qualified,
                 hint="stream tables read their sources at exact Delta versions; convert it with CONVERT TO DELTA",
             )
-        sources[source] = SourceInfo(source, SourceType.TABLE, _visible_columns(spark, source))
+        sources[source] = SourceInfo(source, SourceType.TABLE, visible_columns(spark, source))
 
     graph = build_graph(edges + [(s, qualified) for s in sources], stream_tables=list(stream_tables) + [qualified])
     members = cycle_members(graph, qualified)  # only a cycle through this definition is its business
@@ -212,13 +207,6 @@ def mode_choice(mode: RefreshMode, blockers: list[str]) -> tuple[RefreshMode, st
     if blockers:
         return RefreshMode.FULL, f"AUTO chose FULL: {blockers[0]}"
     return RefreshMode.DIFFERENTIAL, None
-
-
-def _visible_columns(spark, name: str) -> list[tuple[str, str]]:
-    from airflow_trickle.names import quote_name
-
-    schema = spark.table(quote_name(name)).schema
-    return [(f.name, f.dataType.simpleString()) for f in schema.fields if not f.name.startswith(HIDDEN_PREFIX)]
 
 
 def _analyze_output(spark, ast: exp.Query, qualified: str) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow_trickle.graph import build_graph, effective_periods
-from airflow_trickle.health import reader_status, source_health
+from airflow_trickle.ops.health import reader_status, source_health
 from airflow_trickle.model import Action
 
 #: The default freshness target is this many effective periods (the project default).

@@ -6,7 +6,7 @@ aggregate groups the next refresh would recompute (``dvm.pending``).
 """
 from __future__ import annotations
 
-from airflow_trickle.deltalog import latest_version
+from airflow_trickle.storage.deltalog import latest_version
 
 
 def explain(env, st) -> dict:

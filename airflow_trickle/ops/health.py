@@ -135,7 +135,7 @@ def source_health(catalog, warning: timedelta, now: datetime) -> list[SourceHeal
 
 
 def _source_health(source: str, location: str, deps, tables, now: datetime, warning: timedelta) -> SourceHealth:
-    from airflow_trickle.deltalog import commit_history, latest_version, table_configuration
+    from airflow_trickle.storage.deltalog import commit_history, latest_version, table_configuration
 
     configuration = table_configuration(location)
     latest = latest_version(location)
@@ -158,7 +158,7 @@ def _source_health(source: str, location: str, deps, tables, now: datetime, warn
 
 
 def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, warning: timedelta) -> ReaderHealth:
-    from airflow_trickle.deltalog import commit_time
+    from airflow_trickle.storage.deltalog import commit_time
 
     frontier = st.frontier.get(src.source)
     name = st.name
@@ -198,7 +198,7 @@ def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, war
 def _missing_files(location: str, first: int, last: int) -> list[str]:
     """Files the versions ``first..last`` reference (added, removed, change files) that are gone;
     checked on a local table only (elsewhere: an empty list)."""
-    from airflow_trickle.deltalog import normalize_location
+    from airflow_trickle.storage.deltalog import normalize_location
 
     root = normalize_location(location)
     if "://" in root or not os.path.isdir(root):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from airflow_trickle.catalog.model import utcnow
-from airflow_trickle.health import DEFAULT_DELETED_FILE_RETENTION, parse_interval
+from airflow_trickle.ops.health import DEFAULT_DELETED_FILE_RETENTION, parse_interval
 from airflow_trickle.names import quote_name
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def maintain(env, names: list[str] | None = None, *, retention_hours: float | No
 def needed_hours(location: str, readers, tables, now: datetime) -> tuple[float, str]:
     """Hours of history the readers of the table at ``location`` still need, and which reader
     needs the most (0 when every reader is up to date)."""
-    from airflow_trickle.deltalog import commit_history, commit_time, latest_version
+    from airflow_trickle.storage.deltalog import commit_history, commit_time, latest_version
 
     latest = latest_version(location)
     behind = {}
@@ -92,7 +92,7 @@ def needed_hours(location: str, readers, tables, now: datetime) -> tuple[float, 
 
 
 def _maintain_storage(env, st, readers, tables, retention_hours, now) -> Maintained:
-    from airflow_trickle.deltalog import active_file_count, table_configuration
+    from airflow_trickle.storage.deltalog import active_file_count, table_configuration
 
     table = quote_name(st.name)
     active_before, disk_before = active_file_count(st.location), _files_on_disk(st.location)
@@ -142,7 +142,7 @@ def _maintain_catalog(env) -> list[Maintained]:
 
 def _files_on_disk(location: str) -> int | None:
     """Data files (Parquet, change files) under a local table's directory, the log left out."""
-    from airflow_trickle.deltalog import normalize_location
+    from airflow_trickle.storage.deltalog import normalize_location
 
     root = normalize_location(location)
     if "://" in root or not os.path.isdir(root):

@@ -4,10 +4,11 @@ A FROM clause with its WHERE, SELECT list and GROUP BY is planned as one block, 
 writes it: Project/Aggregate over Filter over Join over its inputs.  Its rules, each in the
 module that implements it:
 
-* Filter, project, generator  linear: Δσ(R) = σ(ΔR), Δπ(R) = π(ΔR), Δgen(R) = gen(ΔR),
-                              weights carried (in every term of the join's delta)
-* Join (inner and outer)      ``join.py``: Δ(R1 ⋈ … ⋈ Rn) = Σi R1,new ⋈ … ⋈ ΔRi ⋈ … ⋈ Rn,old;
-                              a null-supplying side recomputed for its changed keys
+* Filter, project             linear: Δσ(R) = σ(ΔR), Δπ(R) = π(ΔR), weights carried (in every
+                              term of the join's delta)
+* Generator                   ``generator.py``: linear, Δgen(R) = gen(ΔR)
+* Join                        ``join.py``: Δ(R1 ⋈ … ⋈ Rn) = Σi R1,new ⋈ … ⋈ ΔRi ⋈ … ⋈ Rn,old
+* Outer join                  ``outer_join.py``: a null-supplying side recomputed for its changed keys
 * Window                      ``window.py``: the partitions of changed rows, before and after
 * Aggregate                   ``aggregate.py``: the groups the input delta touches, before and after
 
@@ -21,9 +22,10 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from airflow_trickle.dvm import aggregate
+from airflow_trickle.dvm import aggregate, generator
 from airflow_trickle.dvm.base import ITEM, Node, Versions, group_hash
 from airflow_trickle.dvm.join import KEY, JoinKind, JoinStep, join_delta
+from airflow_trickle.dvm.outer_join import outer_join_terms
 from airflow_trickle.dvm.window import window_delta
 from airflow_trickle.sql.parse import DIALECT
 
@@ -86,7 +88,7 @@ class Block(Node):
 
     def input_delta(self, v: Versions, expressions: list[exp.Expression]) -> exp.Query:
         """Δ of this block's join + filter, projected to ``expressions`` (plus the weight): ``join.py``."""
-        return join_delta(self, v, expressions)
+        return join_delta(self, v, expressions, outer_join_terms)
 
     def input_delta_sql(self, v: Versions, expressions: list[exp.Expression]) -> str:
         return self.input_delta(v, expressions).sql(DIALECT)
@@ -144,8 +146,7 @@ class Block(Node):
             lines.append(f"{pad}Project {', '.join(self.columns)}  [linear: π(Δ)]")
         depth += 1
         pad = "  " * depth
-        for lateral in self.template.args.get("laterals") or []:
-            lines.append(f"{pad}Generate {lateral.sql(DIALECT).strip()}  [per input row: linear]")
+        lines += generator.explain_lines(self.template, pad)
         where = self.template.args.get("where")
         if where:
             lines.append(f"{pad}Filter {where.this.sql(DIALECT)}  [linear: σ(Δ)]")

@@ -1,6 +1,6 @@
 """The planner: a qualified defining query -> an operator tree, or :class:`Unsupported`.
 
-The query is normalised first (``rewrites.py``: CTEs inlined, DISTINCT and UNION as GROUP BY),
+The query is normalised first (``rewrites/``: CTEs inlined, DISTINCT and UNION as GROUP BY),
 then each SELECT becomes a :class:`~airflow_trickle.dvm.block.Block` over its FROM items (a
 :class:`~airflow_trickle.dvm.scan.Scan` or a nested query), and ``UNION ALL`` a
 :class:`~airflow_trickle.dvm.union.UnionAll`; an outermost ``ORDER BY … LIMIT`` wraps the tree
@@ -14,6 +14,7 @@ from sqlglot import exp
 
 from airflow_trickle.dvm.base import ITEM, Node, Unsupported
 from airflow_trickle.dvm.block import Block, JoinKind, JoinStep
+from airflow_trickle.dvm.generator import has_generators
 from airflow_trickle.dvm.rewrites import SubqueryRefused, normalize
 from airflow_trickle.dvm.set_all import SetAll
 from airflow_trickle.dvm.scan import Scan
@@ -196,8 +197,7 @@ def _plan_select(select: exp.Select, columns, database, ctes: dict[str, Node]) -
     having = select.args.get("having")
     if having is not None:
         aggregates += [a for a in having.find_all(exp.AggFunc) if a not in aggregates]
-    generators = any(e.find(exp.Explode, exp.Posexplode, exp.Inline) for e in select.expressions)
-    if (group is not None or aggregates) and generators:
+    if (group is not None or aggregates) and has_generators(select):
         raise Unsupported("generator function in the SELECT list of an aggregate")
     windows = [w for e in select.expressions for w in e.find_all(exp.Window)]
     if windows:

@@ -196,7 +196,7 @@ def asset_events() -> list[dict]:
 
 def check_tables(tr) -> dict:
     """Every stream table against its defining query at its frontier versions (multiset equality)."""
-    from airflow_trickle.refresh.apply import pinned_query_sql
+    from airflow_trickle.refresh.full import pinned_query_sql
 
     report = {}
     for st in tr.catalog.list():

@@ -74,8 +74,11 @@ def install(env, st: StreamTable, definition: Definition, *, replace: bool) -> N
     if st.effective_mode == RefreshMode.DIFFERENTIAL:
         from airflow_trickle.dvm.apply import storage_layout
 
+        def types_of(probe_sql: str) -> dict[str, str]:  # Spark analyses the probe; it runs nothing
+            return {f.name: f.dataType.simpleString() for f in env.spark.sql(probe_sql).schema.fields}
+
         columns = {s.name: [c for c, _ in s.columns] for s in definition.sources.values()}
-        st.storage = storage_layout(env.spark, st.defining_query, columns, {})
+        st.storage = storage_layout(st.defining_query, columns, types_of)
     st.storage.columns = list(definition.output_columns)
     st.storage.blockers = list(definition.blockers)
     st.storage.dup_type = "bigint"  # copy numbers per refresh: appends never read the table

@@ -25,14 +25,10 @@ from airflow_trickle.sql.parse import DIALECT
 _EXACT = ("tinyint", "smallint", "int", "bigint", "decimal")
 
 
-def storage_layout(spark, defining_query: str, columns: dict[str, list[str]], current: dict[str, int]) -> StorageLayout:
-    """How a DIFFERENTIAL stream table is stored: identity, strategy and hidden state columns
-    (``spark`` types the state columns: it analyses, runs nothing)."""
-
-    def types_of(probe_sql: str) -> dict[str, str]:
-        return {f.name: f.dataType.simpleString() for f in spark.sql(probe_sql).schema.fields}
-
-    return choose_layout(plan(defining_query, columns), Versions(old=current, new=current, columns=columns), types_of)
+def storage_layout(defining_query: str, columns: dict[str, list[str]], types_of) -> StorageLayout:
+    """How a DIFFERENTIAL stream table is stored: identity, strategy and hidden state columns;
+    ``types_of(sql)`` gives a query's column types (the caller asks Spark to analyse it)."""
+    return choose_layout(plan(defining_query, columns), Versions(old={}, new={}, columns=columns), types_of)
 
 
 def choose_layout(node, versions: Versions, types_of) -> StorageLayout:

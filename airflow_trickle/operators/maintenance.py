@@ -38,3 +38,12 @@ class StreamTableMaintenanceOperator(StreamTableRefreshOperator):
                           table["active_files_before"], table["active_files_after"], table["retained_hours"],
                           f" ({table['note']})" if table["note"] else "")
         return done
+
+    def get_openlineage_facets_on_start(self):
+        return None  # maintenance rewrites files, not rows: no lineage to report
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        return None
+
+    def get_openlineage_facets_on_failure(self, task_instance):
+        return None

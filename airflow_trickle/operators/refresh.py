@@ -142,6 +142,7 @@ class StreamTableRefreshOperator(BaseOperator):
             raise AirflowSkipException(f"skipped: nothing to refresh ({', '.join(actions)}): "
                                        + "; ".join(f"{n}: {o['reason']}" for n, o in outcomes.items()))
         outcomes.update(self.engine.refresh(unit, needing, mode=selection.mode.value, initiated_by=tag))
+        self._outcomes = outcomes
         self._emit_asset_events(context, outcomes)
         return outcomes
 
@@ -165,6 +166,22 @@ class StreamTableRefreshOperator(BaseOperator):
                 continue  # already recorded for this run (an earlier try, or the run's deadline)
             if self.freshness_notifier:
                 notify(self.freshness_notifier, {**context, "freshness_miss": miss.as_dict()})
+
+    # -- lineage (the OpenLineage provider asks; ``operators/lineage.py``) ------------------------
+
+    def get_openlineage_facets_on_start(self):
+        from airflow_trickle.operators.lineage import operator_lineage
+
+        return operator_lineage(self.project.warehouse, self.project.settings, self.stream_tables)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        from airflow_trickle.operators.lineage import operator_lineage
+
+        return operator_lineage(self.project.warehouse, self.project.settings, self.stream_tables,
+                                getattr(self, "_outcomes", None))
+
+    def get_openlineage_facets_on_failure(self, task_instance):
+        return self.get_openlineage_facets_on_start()
 
     def _emit_asset_events(self, context, outcomes: dict[str, dict]) -> None:
         events = context.get("outlet_events")

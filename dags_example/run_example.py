@@ -79,10 +79,46 @@ def prepare_airflow(warehouse: str, home: str) -> None:
         "TRICKLE_WAREHOUSE": warehouse,
         # dag.test() of Airflow 3.3.2 fails after a run whose DAG carries deadline=; see docs/airflow.md
         "TRICKLE_DAG_DEADLINES": "off",
+        # OpenLineage (with airflow-trickle[openlineage]): every task's events as JSON lines, a
+        # file the report reads back; point a Marquez at it instead with type "http" (README)
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": lineage_file(home),
+                                                       "append": True}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "trickle_example",
     })
     Path(home).mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
+
+
+def lineage_file(home: str) -> str:
+    return str(Path(home) / "openlineage.jsonl")
+
+
+def lineage_events(home: str) -> list[dict]:
+    """The OpenLineage events the refresh tasks emitted (COMPLETE ones), as the report keeps them:
+    the job, its inputs and outputs with their versions, schema and column lineage."""
+    path = Path(lineage_file(home))
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("eventType") != "COMPLETE" or not event.get("outputs"):
+            continue
+
+        def dataset(d: dict) -> dict:
+            facets = d.get("facets") or {}
+            return {"namespace": d["namespace"], "name": d["name"],
+                    "version": (facets.get("version") or {}).get("datasetVersion"),
+                    "fields": [f["name"] for f in (facets.get("schema") or {}).get("fields", [])],
+                    "columns": {c: [(i["name"], i["field"]) for i in spec.get("inputFields", [])]
+                                for c, spec in ((facets.get("columnLineage") or {}).get("fields") or {}).items()}}
+
+        events.append({"job": event["job"]["name"], "sql": ((event["job"].get("facets") or {}).get("sql") or {}).get("query"),
+                       "inputs": [dataset(d) for d in event.get("inputs") or []],
+                       "outputs": [dataset(d) for d in event["outputs"]],
+                       "refreshes": ((event["run"].get("facets") or {}).get("airflow_trickle") or {}).get("refreshes")})
+    return events
 
 
 def start_api_server(home: str, warehouse: str) -> tuple[subprocess.Popen | None, str]:
@@ -209,6 +245,7 @@ def check_tables(tr) -> dict:
                       "seconds": (h.end_time - h.start_time).total_seconds() if h.end_time and h.start_time else None}
                      for h in history if h.status != "ALERT"]
         report[st.name] = {"matches_query": matches, "rows": [json.loads(r) for r in rows], "refreshes": refreshes,
+                           "location": st.location, "frontier": st.frontier,
                            "last_actions": [h.action for h in history if h.status != "ALERT"][:4],
                            "alerts": [h.reason for h in history if h.status == "ALERT"]}
     return report
@@ -293,8 +330,10 @@ def run_example(tr, warehouse: str, report: str | None) -> int:
             print("   ALERT:", alert)
     print(f"\nthree DAG runs and the refusal in {time.monotonic() - started:.0f} s")
     if report:
+        lineage = lineage_events(os.environ["AIRFLOW_HOME"])
+        step(f"{len(lineage)} OpenLineage events read back")
         Path(report).write_text(json.dumps({"runs": runs, "refused": refused, "tables": tables,
-                                            "asset_events": events}, indent=1, default=str))
+                                            "asset_events": events, "lineage": lineage}, indent=1, default=str))
     ok = all(r["state"].endswith("success") for r in runs) and refused and all(
         t["matches_query"] for t in tables.values())
     return 0 if ok else 1

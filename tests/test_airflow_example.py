@@ -107,3 +107,39 @@ def test_each_task_notes_what_it_did_and_plan_notes_the_selection(report):
     assert manual["run_note"] == "manual run: shop.order_lines, shop.top_customers (mode FULL)"
     assert manual["notes"]["shop.customer_totals"] == "skipped: not selected in this manual run"
     assert manual["notes"]["shop.order_lines"].startswith("FULL +1 -0 rows in ")
+
+
+def test_refresh_tasks_emit_openlineage_with_versions_and_column_lineage(report):
+    """The OpenLineage provider's file transport wrote each refresh task's COMPLETE event; read
+    back: inputs at the frontier versions, outputs at their new versions, schema and column lineage."""
+    tables = report["tables"]
+    where = {name: info["location"] for name, info in tables.items()}
+    events = report["lineage"]
+    assert {e["job"] for e in events} >= {"trickle_shop.shop.order_lines", "trickle_shop.shop.customer_totals",
+                                          "trickle_shop.shop.atomic__region_report"}
+
+    def newest(table):
+        """The newest event whose outputs hold ``table``, and that output."""
+        found = [(e, o) for e in events for o in e["outputs"] if o["name"] == where[table]]
+        return found[-1]
+
+    # a join + aggregate, refreshed in the atomic group's task: sources at its frontier
+    event, output = newest("shop.region_revenue")
+    assert event["job"] == "trickle_shop.shop.atomic__region_report"
+    assert sorted(o["name"] for o in event["outputs"]) == sorted(
+        where[m] for m in ("shop.big_orders", "shop.region_revenue", "shop.region_report"))
+    versions = {i["name"].rsplit("/", 1)[-1]: i["version"] for i in event["inputs"]}  # by table directory
+    frontier = tables["shop.region_revenue"]["frontier"]
+    assert set(frontier) == {"shop.orders", "shop.customers"}
+    assert {source: versions[source.split(".")[1]] for source in frontier} == {
+        source: str(version) for source, version in frontier.items()}
+    assert output["fields"] == ["region", "orders", "revenue"]
+    assert [column for _, column in output["columns"]["revenue"]] == ["amount"]
+    assert output["columns"]["orders"] == []  # COUNT(*): no source column
+    assert event["refreshes"]["shop.region_revenue"]["action"] in ("DIFFERENTIAL", "FULL", "CREATED", "NO_DATA")
+    # a stream table over a stream table: its input is the upstream's storage, at the version read
+    event, output = newest("shop.customer_totals")
+    assert [i["name"] for i in event["inputs"]] == [where["shop.order_lines"]]
+    assert event["inputs"][0]["version"] == str(tables["shop.customer_totals"]["frontier"]["shop.order_lines"])
+    assert all(source == where["shop.order_lines"] for cols in output["columns"].values() for source, _ in cols)
+    assert event["sql"] and "shop.order_lines" in event["sql"]

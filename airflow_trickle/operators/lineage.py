@@ -1,10 +1,11 @@
 """OpenLineage from the refresh tasks: which tables a stream table is computed from, and how.
 
 The OpenLineage provider (``airflow-trickle[openlineage]``) asks an operator for its lineage
-(``get_openlineage_facets_on_start`` / ``_on_complete`` / ``_on_failure``); the refresh
-operators answer with :func:`operator_lineage`.  What it says is plain data first
-(:func:`table_lineage`, no OpenLineage import, testable without a JVM), turned into
-OpenLineage's classes last; without the provider nothing here is imported.
+when the task ends (``get_openlineage_facets_on_complete``), in a process it forks, where
+delta-rs cannot run: so the refresh task reads what it needs from the catalog itself, in
+``execute`` (:func:`collect`, plain data: :class:`TableLineage`), and the provider's call only
+turns that into OpenLineage's classes (:func:`operator_lineage`).  Without the provider, or
+without an OpenLineage transport configured, nothing is read or imported.
 
 * inputs: each source, with its Delta version at the stream table's frontier;
 * output: the stream table, with its new Delta version, its schema and its column lineage;
@@ -74,7 +75,7 @@ def column_lineage(query: str, output_columns: list[str]) -> dict[str, list[tupl
                 continue
             table = node.source
             source = f"{table.db}.{table.name}" if table.db else table.name
-            pair = (source.lower(), node.name.split(".")[-1])
+            pair = (source.lower(), node.name.split(".")[-1].strip('"`'))
             if pair not in pairs:
                 pairs.append(pair)
         found[column] = pairs
@@ -117,10 +118,11 @@ def table_lineage(catalog, name: str, outcome: dict | None = None) -> TableLinea
     inputs = []
     for dep in catalog.dependencies(name):
         namespace, dataset = dataset_id(dep.source_location or dep.source_name)
-        fields = ()
         if dep.source_type == SourceType.STREAM_TABLE:
             upstream = catalog.get(dep.source_name)
             fields = tuple((c, t) for c, t in (upstream.storage.columns if upstream else []))
+        else:
+            fields = _base_table_fields(dep.source_location)
         inputs.append(Dataset(dep.source_name, namespace, dataset, st.frontier.get(dep.source_name), fields))
     namespace, dataset = dataset_id(st.location or name)
     output = Dataset(name, namespace, dataset, outcome.get("table_version"),
@@ -135,21 +137,55 @@ def table_lineage(catalog, name: str, outcome: dict | None = None) -> TableLinea
                         columns=column_lineage(st.defining_query, list(st.output_columns)), refresh=refresh)
 
 
-def operator_lineage(warehouse: str, settings: dict, names: list[str], outcomes: dict[str, dict] | None = None):
-    """The ``OperatorLineage`` of a refresh task over ``names`` (None where the OpenLineage
-    provider is not installed, or the catalog cannot be read: lineage never fails a task)."""
+def lineage_wanted() -> bool:
+    """Whether OpenLineage will collect this task's lineage: the provider is installed and has
+    a transport (without either, nothing is read or built)."""
     try:
-        from airflow.providers.openlineage.extractors import OperatorLineage  # noqa: F401 - only with the extra
+        from airflow.providers.openlineage.conf import is_disabled
     except ImportError:
-        return None
+        return False
+    return not is_disabled()
+
+
+def collect(warehouse: str, settings: dict, outcomes: dict[str, dict]) -> list[TableLineage]:
+    """The lineage of the tables a task refreshed, read from the catalog in the task's own
+    process (the provider extracts lineage in a forked process, where delta-rs cannot run)."""
+    if not lineage_wanted():
+        return []
     try:
         from airflow_trickle.hooks.trickle import TrickleHook
 
         catalog = TrickleHook(warehouse, settings=settings).catalog
-        lineages = [t for t in (table_lineage(catalog, n, (outcomes or {}).get(n)) for n in names) if t is not None]
+        return [t for t in (table_lineage(catalog, name, outcome) for name, outcome in outcomes.items())
+                if t is not None]
+    except Exception:  # noqa: BLE001 - lineage is reported, never a reason for the task to fail
+        log.warning("no OpenLineage for %s", ", ".join(outcomes), exc_info=True)
+        return []
+
+
+def _base_table_fields(location: str | None) -> tuple[tuple[str, str], ...]:
+    """A base table's columns and types from its Delta log (none when it cannot be read)."""
+    from airflow_trickle.model import HIDDEN_PREFIX
+    from airflow_trickle.storage.deltalog import column_types
+
+    if not location:
+        return ()
+    try:
+        return tuple((c, t) for c, t in column_types(location) if not c.startswith(HIDDEN_PREFIX))
+    except Exception:  # noqa: BLE001 - a schema is a description: an unreadable log gives none
+        log.debug("no schema for %s", location, exc_info=True)
+        return ()
+
+
+def operator_lineage(lineages: list[TableLineage]):
+    """The ``OperatorLineage`` of ``lineages`` (None when there is none, or the provider is not
+    installed: lineage never fails a task)."""
+    if not lineages:
+        return None
+    try:
         return to_openlineage(lineages)
     except Exception:  # noqa: BLE001 - lineage is reported, never a reason for the task to fail
-        log.warning("no OpenLineage for %s", ", ".join(names), exc_info=True)
+        log.warning("no OpenLineage event facets", exc_info=True)
         return None
 
 

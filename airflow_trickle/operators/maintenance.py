@@ -39,11 +39,5 @@ class StreamTableMaintenanceOperator(StreamTableRefreshOperator):
                           f" ({table['note']})" if table["note"] else "")
         return done
 
-    def get_openlineage_facets_on_start(self):
-        return None  # maintenance rewrites files, not rows: no lineage to report
-
     def get_openlineage_facets_on_complete(self, task_instance):
-        return None
-
-    def get_openlineage_facets_on_failure(self, task_instance):
-        return None
+        return None  # maintenance rewrites files, not rows: no lineage to report

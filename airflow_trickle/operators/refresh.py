@@ -141,8 +141,10 @@ class StreamTableRefreshOperator(BaseOperator):
             actions = sorted({o["action"] for o in outcomes.values()})
             raise AirflowSkipException(f"skipped: nothing to refresh ({', '.join(actions)}): "
                                        + "; ".join(f"{n}: {o['reason']}" for n, o in outcomes.items()))
+        from airflow_trickle.operators.lineage import collect
+
         outcomes.update(self.engine.refresh(unit, needing, mode=selection.mode.value, initiated_by=tag))
-        self._outcomes = outcomes
+        self._lineage = collect(project.warehouse, project.settings, {n: outcomes[n] for n in needing})
         self._emit_asset_events(context, outcomes)
         return outcomes
 
@@ -169,19 +171,12 @@ class StreamTableRefreshOperator(BaseOperator):
 
     # -- lineage (the OpenLineage provider asks; ``operators/lineage.py``) ------------------------
 
-    def get_openlineage_facets_on_start(self):
-        from airflow_trickle.operators.lineage import operator_lineage
-
-        return operator_lineage(self.project.warehouse, self.project.settings, self.stream_tables)
-
     def get_openlineage_facets_on_complete(self, task_instance):
+        """Inputs at their frontier versions, the stream tables at their new ones, their schema,
+        column lineage and defining query, and what each refresh did (collected in ``execute``)."""
         from airflow_trickle.operators.lineage import operator_lineage
 
-        return operator_lineage(self.project.warehouse, self.project.settings, self.stream_tables,
-                                getattr(self, "_outcomes", None))
-
-    def get_openlineage_facets_on_failure(self, task_instance):
-        return self.get_openlineage_facets_on_start()
+        return operator_lineage(getattr(self, "_lineage", []))
 
     def _emit_asset_events(self, context, outcomes: dict[str, dict]) -> None:
         events = context.get("outlet_events")

@@ -185,6 +185,13 @@ def column_names(location: str, storage_options: dict | None = None) -> list[str
     return [f.name for f in open_table(location, storage_options).schema().fields]
 
 
+def column_types(location: str, storage_options: dict | None = None) -> list[tuple[str, str]]:
+    """The columns of the Delta table at ``location`` with their Delta types (``integer``,
+    ``decimal(10,2)``...; a nested type as its JSON)."""
+    return [(f.name, getattr(f.type, "type", None) or str(f.type))
+            for f in open_table(location, storage_options).schema().fields]
+
+
 def commit_history(location: str, limit: int | None = None, storage_options: dict | None = None) -> list[dict]:
     """The newest ``limit`` commit infos still in the log (all without one): ``version``,
     ``timestamp`` in ms, ``operation``..."""

@@ -29,6 +29,10 @@ class Catalog:
 
 
 def _catalog():
+    return Catalog(*_catalog_parts())
+
+
+def _catalog_parts():
     revenue = StreamTable("shop.region_revenue", "id1", QUERY, QUERY, "5m", "DIFFERENTIAL", "DIFFERENTIAL",
                           frontier={"shop.orders": 7, "shop.customers": 3}, location="/lake/wh/shop.db/region_revenue",
                           output_columns=["region", "orders", "revenue"],
@@ -45,7 +49,7 @@ def _catalog():
                        "/lake/wh/shop.db/region_revenue")]
     history = [SimpleNamespace(st_name="shop.region_revenue", action="DIFFERENTIAL",
                                phases={"plan": 20, "commit": 310, "spark_jobs": 4})]
-    return Catalog([revenue, report], deps, history)
+    return [revenue, report], deps, history
 
 
 def test_lineage_names_sources_at_the_frontier_and_the_output_at_its_new_version():
@@ -95,9 +99,24 @@ def test_nothing_is_read_without_a_transport(monkeypatch):
     clear()
     monkeypatch.delenv("AIRFLOW__OPENLINEAGE__TRANSPORT", raising=False)
     monkeypatch.delenv("OPENLINEAGE_URL", raising=False)
+    read = []
+
+    class Watched(Catalog):
+        def get(self, name):
+            read.append(name)
+            return super().get(name)
+
     try:
-        # a warehouse that does not exist: reading it would fail; nothing is read
-        assert collect("/nonexistent/warehouse", {}, {"shop.region_revenue": {"action": "FULL"}}) == []
+        assert collect(Watched(*_catalog_parts()), {"shop.region_revenue": {"action": "FULL"}}) == []
+        assert read == []  # without a transport, the catalog is not read
     finally:
         clear()
     assert operator_lineage([]) is None
+    # with a transport, the same call reads the catalog
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", '{"type": "console"}')
+    clear()
+    try:
+        found = collect(Watched(*_catalog_parts()), {"shop.region_revenue": {"action": "FULL"}})
+    finally:
+        clear()
+    assert read == ["shop.region_revenue"] and len(found) == 1

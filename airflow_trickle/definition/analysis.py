@@ -71,13 +71,6 @@ class Definition:
     blockers: list[str] = field(default_factory=list)
 
 
-def check_options(options, *, stream_table: str):
-    """The options, parsed and checked (:meth:`~airflow_trickle.options.TableOptions.parse`)."""
-    from airflow_trickle.options import TableOptions
-
-    return TableOptions.parse(options, stream_table=stream_table)
-
-
 def check_static(name: str, query: str, schedule: str | None,
                  refresh_mode: str) -> tuple[str, exp.Query, Schedule, RefreshMode]:
     """Checks that need neither Spark nor the catalog; returns the normalised parts."""

@@ -1,9 +1,9 @@
 """Create, alter and drop stream tables: validation first, then storage, then the catalog.
 
-Every check runs before anything is written (``definition.analyze``).  Creating and replacing a
+Every check runs before anything is written (``definition/analysis.py``).  Creating and replacing a
 defining query share one step, :func:`install`: the storage layout is chosen, change feeds are
 prepared, the storage table is created (or replaced, keeping its history) and the catalog rows
-are written; the storage table carries the definition too (``repair.py``).  ``env`` is the
+are written; the storage table carries the definition too (``storage/definitions.py``).  ``env`` is the
 :class:`~airflow_trickle.api.Trickle` facade (``spark``, ``catalog``, ``config``, ``sync``,
 ``get``, ``refresh_stream_table``).
 """
@@ -15,7 +15,7 @@ import uuid
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.options import TableOptions
-from airflow_trickle.definition.analysis import Definition, analyze, check_options, check_static, mode_choice
+from airflow_trickle.definition.analysis import Definition, analyze, check_static, mode_choice
 from airflow_trickle.errors import DefinitionError, StreamTableNotFoundError, UnsupportedConstructError
 from airflow_trickle.model import CdcMode, RefreshMode, SourceType, Status, StorageLayout
 from airflow_trickle.names import qualify_name, quote_name
@@ -40,7 +40,7 @@ def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bo
 
     # What needs no Spark is refused before Spark starts (a bad schedule should not cost a JVM).
     check_static(name, query, schedule, refresh_mode or env.config.default_refresh_mode)
-    options = check_options(options, stream_table=qualify_name(name))
+    options = TableOptions.parse(options, stream_table=qualify_name(name))
     env.sync()
     definition = analyze(env.spark, name=name, query=query, schedule=schedule,
                          refresh_mode=refresh_mode or env.config.default_refresh_mode,
@@ -88,7 +88,7 @@ def install(env, st: StreamTable, definition: Definition, *, replace: bool) -> N
     st.created_at = st.created_at or utcnow()
     if replace:
         st.needs_reinit = True
-    else:  # the definition travels with the data from the start (``repair.py``)
+    else:  # the definition travels with the data from the start (``storage/definitions.py``)
         create_storage_table(env.spark, st.name, definition.output_columns, st.storage,
                              properties=definition_properties(st, dependencies))
     st.location = table_location(env.spark, st.name)
@@ -178,7 +178,7 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
                 else RefreshMode.parse(refresh_mode, what="refresh mode", stream_table=qualified))
     if status is not UNSET:
         status = Status.parse(status, what="status", stream_table=qualified)
-    options = check_options(options, stream_table=qualified)
+    options = TableOptions.parse(options, stream_table=qualified)
     if query is not UNSET:
         st = replace_query(env, st, query, new_mode)
         new_mode = None  # the new query's row already carries the mode

@@ -62,8 +62,8 @@ class DeltaPlan:
 
     @property
     def probes_boundary(self) -> bool:
-        """Whether the refresh must probe the top-K's boundary (None: nothing to decide)."""
-        return self.top_k is not None and self.top_k.boundary_probe(self.st.name, self.versions) is not None
+        """Whether the refresh must probe the top-K's boundary (an OFFSET or LIMIT 0 has none)."""
+        return self.top_k is not None and self.top_k.has_boundary
 
     # -- the statements, rendered with what the refresh bound so far -------------------------
 

@@ -72,6 +72,11 @@ class TopK(Node):
         """Whether the stored rows plus the delta can give the new top k (no OFFSET)."""
         return self.offset == 0
 
+    @property
+    def has_boundary(self) -> bool:
+        """Whether a refresh must probe the boundary (no OFFSET, LIMIT above 0)."""
+        return self.scoped and self.limit > 0
+
     def _order_by(self) -> str:
         return ", ".join(key.sql() for key in self.order)
 
@@ -107,7 +112,7 @@ class TopK(Node):
         """A one-row query: whether C still covers the boundary of the stored top k (a true
         ``__covered`` means the scoped path is exact).  None when there is nothing to decide.
         ``candidates`` names a relation holding C (else C is computed here)."""
-        if not self.scoped or self.limit == 0:
+        if not self.has_boundary:
             return None
         cols = column_list(self.columns)
         boundary = (f"SELECT {cols} FROM {quote_name(target)} ORDER BY {self._order_by()} "

@@ -122,9 +122,11 @@ class StreamTableEngineHook(BaseHook):
 
     # -- the work ---------------------------------------------------------------------------------
 
-    def refresh(self, unit, names: list[str], *, mode: str, initiated_by: str) -> dict[str, dict]:
+    def refresh(self, unit, names: list[str], *, mode: str, initiated_by: str, trickle=None) -> dict[str, dict]:
         """Refresh ``names`` (``unit``'s members still needing Spark), the chosen way; one outcome
-        per table: action, status, rows, table version."""
+        per table: action, status, rows, table version.  ``trickle``: the caller's
+        :class:`~airflow_trickle.hooks.trickle.TrickleHook` of the warehouse, whose catalog a
+        submitted job's outcomes are read from (else one is made)."""
         from airflow_trickle.catalog.model import utcnow
         from airflow_trickle.errors import TrickleError
         from airflow_trickle.jobs.refresh_job import run
@@ -148,13 +150,13 @@ class StreamTableEngineHook(BaseHook):
             args += ["--group", json.dumps(group)]
         started = utcnow() - timedelta(seconds=1)
         self.log.info("refreshing %s in a Spark job (mode %s)", ", ".join(names), mode)
-        catalog = self._catalog()
+        trickle = trickle or self._trickle()
         try:
             self.submit(args)
         except Exception as err:
-            failure = _newest_failure(catalog, names, started)
+            failure = _newest_failure(trickle, names, started)
             raise AirflowException(failure or f"refresh job for {', '.join(names)} failed: {err}") from err
-        return {name: _submitted_outcome(catalog, name, started) for name in names}
+        return {name: _submitted_outcome(trickle, name, started) for name in names}
 
     def maintain(self, names: list[str], *, retention_hours: float | None) -> list[dict]:
         """OPTIMIZE and VACUUM ``names`` and compact the catalog; what was done (spark-submit: the
@@ -175,7 +177,7 @@ class StreamTableEngineHook(BaseHook):
         finally:
             tr.close()
 
-    def _catalog(self):
+    def _trickle(self):
         from airflow_trickle.hooks.trickle import TrickleHook
 
         return TrickleHook(self.project.warehouse, settings=self.project.settings)

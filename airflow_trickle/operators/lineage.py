@@ -147,15 +147,12 @@ def lineage_wanted() -> bool:
     return not is_disabled()
 
 
-def collect(warehouse: str, settings: dict, outcomes: dict[str, dict]) -> list[TableLineage]:
+def collect(catalog, outcomes: dict[str, dict]) -> list[TableLineage]:
     """The lineage of the tables a task refreshed, read from the catalog in the task's own
     process (the provider extracts lineage in a forked process, where delta-rs cannot run)."""
     if not lineage_wanted():
         return []
     try:
-        from airflow_trickle.hooks.trickle import TrickleHook
-
-        catalog = TrickleHook(warehouse, settings=settings).catalog
         return [t for t in (table_lineage(catalog, name, outcome) for name, outcome in outcomes.items())
                 if t is not None]
     except Exception:  # noqa: BLE001 - lineage is reported, never a reason for the task to fail

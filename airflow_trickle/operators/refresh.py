@@ -143,8 +143,8 @@ class StreamTableRefreshOperator(BaseOperator):
                                        + "; ".join(f"{n}: {o['reason']}" for n, o in outcomes.items()))
         from airflow_trickle.operators.lineage import collect
 
-        outcomes.update(self.engine.refresh(unit, needing, mode=selection.mode.value, initiated_by=tag))
-        self._lineage = collect(project.warehouse, project.settings, {n: outcomes[n] for n in needing})
+        outcomes.update(self.engine.refresh(unit, needing, mode=selection.mode.value, initiated_by=tag, trickle=hook))
+        self._lineage = collect(hook.catalog, {n: outcomes[n] for n in needing})
         self._emit_asset_events(context, outcomes)
         return outcomes
 

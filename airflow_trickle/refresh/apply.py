@@ -194,7 +194,7 @@ def _committed(env, st: StreamTable, writer, commit, local_commit, refresh_id: s
     """
     version_before = latest_version(st.location) if writer.inserting else None
     stored_before = row_count(st.location) if writer.rewriting else 0
-    metrics = with_retries(env.config, lambda: writer.write(env, commit, local_commit))
+    metrics = with_retries(env.config, lambda: writer.write(commit, local_commit))
     if writer.inserting:
         return _written_metrics(st, version_before, refresh_id, deleted=stored_before)
     return metrics

@@ -24,8 +24,9 @@ import uuid
 from airflow_trickle.storage.deltalog import insert_only_commits
 from airflow_trickle.dvm.base import Unsupported, Versions
 from airflow_trickle.dvm.delta_plan import KNOWN_GROUPS_LIMIT, DeltaPlan, PlanKind, plan_refresh
-from airflow_trickle.model import CdcMode, SourceType
-from airflow_trickle.names import HIDDEN_PREFIX, quote_name
+from airflow_trickle.model import CdcMode, SourceType, Strategy
+from airflow_trickle.names import HIDDEN_PREFIX
+from airflow_trickle.spark.delta import visible_columns
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 def source_columns(env, st) -> dict[str, list[str]]:
     """The visible columns of every source of ``st`` as they are now (base tables through Spark)."""
     return columns_of_sources(env.catalog, st.name,
-                              lambda dep: [f.name for f in env.spark.table(quote_name(dep.source_name)).schema.fields])
+                              lambda dep: [c for c, _ in visible_columns(env.spark, dep.source_name)])
 
 
 def columns_of_sources(catalog, name: str, base_table_columns) -> dict[str, list[str]]:
@@ -76,7 +77,7 @@ def plan_differential(env, st, current: dict[str, int]) -> tuple[DeltaPlan | Non
     ``(None, why not)``."""
     if set(st.frontier) != set(current):
         return None, "the set of sources differs from the frontier"
-    bag = (st.storage.strategy or "bag") == "bag"
+    bag = (st.storage.strategy or Strategy.BAG) == Strategy.BAG
     try:
         return plan_refresh(st, refresh_versions(env, st, current),
                             insert_only=bag and sources_only_gained_rows(env, st, current)), None

@@ -21,6 +21,7 @@ in :func:`choose_writer`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from airflow_trickle.model import Action, SourceType
 from airflow_trickle.names import quote_name
@@ -33,43 +34,54 @@ class Writer:
     commit metadata and transaction id)."""
 
     sql: str
-    inserting: bool = False
-    rewriting: bool = False
+    #: An INSERT or a CTAS: no MERGE metrics, they are read back from its commit.
+    inserting: ClassVar[bool] = False
+    #: Every stored row goes (it deleted as many as were stored before).
+    rewriting: ClassVar[bool] = False
 
-    def write(self, env, commit, local_commit) -> dict | None:
+    def write(self, commit, local_commit) -> dict | None:
         """Run the statement; its metrics (None: Delta skipped it, the transaction had landed)."""
         return commit(self.sql)
 
 
 class DeltaMerge(Writer):
-    pass
+    """A DIFFERENTIAL MERGE, run by Spark."""
 
 
-@dataclass(frozen=True)
 class LocalMerge(Writer):
-    def write(self, env, commit, local_commit) -> dict | None:
+    """The MERGE committed by delta-rs where that applies, else by Spark."""
+
+    def write(self, commit, local_commit) -> dict | None:
         metrics = local_commit(self.sql)
         return commit(self.sql) if metrics is False else metrics
 
 
 class Append(Writer):
-    pass
+    """A delta that only adds rows: an INSERT."""
+
+    inserting = True
 
 
 class FirstFill(Writer):
-    pass
+    """The first population of empty storage: an INSERT."""
+
+    inserting = True
 
 
 class Overwrite(Writer):
-    pass
+    """A FULL refresh replacing every stored row: INSERT OVERWRITE."""
+
+    inserting = rewriting = True
 
 
 class DiffMerge(Writer):
-    pass
+    """A FULL refresh applied as a MERGE of the difference."""
 
 
 class Replace(Writer):
-    pass
+    """The storage table replaced in one commit (a REINITIALIZE whose columns change)."""
+
+    inserting = rewriting = True
 
 
 def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql: str | None, appending: bool,
@@ -83,17 +95,16 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
 
     if delta_sql is not None:
         if appending:
-            return Append(delta_sql, inserting=True)
+            return Append(delta_sql)
         return LocalMerge(delta_sql) if local else DeltaMerge(delta_sql)
     if action == Action.REINITIALIZE and storage_changes(env, st):
         return Replace(replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns, st.storage,
-                                           definition_properties(st, env.catalog.dependencies(st.name))),
-                       inserting=True, rewriting=True)
+                                           definition_properties(st, env.catalog.dependencies(st.name))))
     # A FULL refresh into empty storage (the first population) has nothing to diff against: a
     # plain INSERT writes the same rows without the MERGE's scans and joins.  Only a table the
     # catalog has never seen populated is worth the log read (after a crash it may hold data).
     if not st.is_populated and has_no_data_files(st.location):
-        return FirstFill(fill_storage_sql(env, st, current), inserting=True)
+        return FirstFill(fill_storage_sql(env, st, current))
     return full_writer(env, st, current)
 
 
@@ -102,7 +113,7 @@ def full_writer(env, st, current: dict[str, int]) -> Writer:
     when no stream table reads this one's change feed (the diffing MERGE joins new and stored
     rows first), else MERGE only the difference (:func:`full_overwrites`)."""
     if full_overwrites(env, st):
-        return Overwrite(fill_storage_sql(env, st, current, overwrite=True), inserting=True, rewriting=True)
+        return Overwrite(fill_storage_sql(env, st, current, overwrite=True))
     return DiffMerge(full_refresh_sql(env, st, current, overwrite=False))
 
 

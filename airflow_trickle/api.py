@@ -62,7 +62,7 @@ class Trickle:
                 self._spark = connect_session(self.remote, self.config, warehouse=self.config.warehouse)
             else:
                 self._spark = build_session(self.config, self.config.warehouse)
-            sync_warehouse_tables(self._spark, self.warehouse)
+            sync_warehouse_tables(self._spark, self.location)
         return self._spark
 
     @property
@@ -88,14 +88,19 @@ class Trickle:
             self.config.warehouse = default_warehouse(spark).removeprefix("file:")
         return self.config.warehouse
 
+    @property
+    def location(self):
+        """The warehouse with its storage options (:class:`~airflow_trickle.location.Location`)."""
+        self.warehouse  # noqa: B018 - the session's warehouse when none was configured
+        return self.config.location
+
     @cached_property
     def catalog(self) -> CatalogStore:
-        return CatalogStore(f"{self.warehouse.rstrip('/')}/{CATALOG_DIR}",
-                            write_attempts=self.config.catalog_write_attempts)
+        return CatalogStore(self.location.child(CATALOG_DIR), write_attempts=self.config.catalog_write_attempts)
 
     def sync(self) -> None:
         """See tables that other applications created in the warehouse since this session started."""
-        sync_warehouse_tables(self.spark, self.warehouse)
+        sync_warehouse_tables(self.spark, self.location)
 
     def sql(self, statement: str):
         """Run Spark SQL against the warehouse (a convenience for sources and ad-hoc reads)."""

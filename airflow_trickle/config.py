@@ -18,8 +18,18 @@ FULL_REFRESH_WRITES = ("auto", "merge", "overwrite")
 class TrickleConfig:
     """Settings of one airflow_trickle deployment."""
 
-    #: Directory (or URI) of the warehouse; the catalog lives in ``<warehouse>/_trickle``.
+    #: Directory or URI of the warehouse (``s3://bucket/prefix``, ``s3a://`` accepted); the
+    #: catalog lives in ``<warehouse>/_trickle``.
     warehouse: str | None = None
+    #: How to reach an object-store warehouse: endpoint, region, credentials, ``aws_allow_http``
+    #: ... (``object_store`` names, as delta-rs takes them; ``docs/object-storage.md``).  From the
+    #: environment as JSON in ``TRICKLE_STORAGE_OPTIONS``.  Credentials left out come from the
+    #: standard AWS environment variables; given here, they are never logged or recorded.
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Seconds a writer's lease on a stream table lasts without renewal (object-store warehouses;
+    #: renewed every quarter of it while the writer works).  A killed writer's tables are free
+    #: again after this long.  0 turns the lease off -- only to show what it prevents.
+    lease_seconds: float = 60.0
     #: Spark master of the embedded session.
     spark_master: str = "local[*]"
     #: ``spark.sql.shuffle.partitions`` of the embedded session; small suits one machine.
@@ -69,9 +79,29 @@ class TrickleConfig:
     change_feed_warning_hours: float = 24.0
 
     def __post_init__(self) -> None:
+        from airflow_trickle.location import normalize_options
+
+        # ``${NAME}`` in a value is read from the environment here, so a project file or a
+        # connection can name a credential without holding it
+        self.storage_options = {k: os.path.expandvars(v) for k, v in normalize_options(self.storage_options).items()}
         if str(self.full_refresh_write).lower() not in FULL_REFRESH_WRITES:
             raise ValueError(f"full_refresh_write must be one of {', '.join(map(repr, FULL_REFRESH_WRITES))}, "
                              f"not {self.full_refresh_write!r}")
+
+    @property
+    def location(self):
+        """The warehouse as a :class:`~airflow_trickle.location.Location` (URI + options)."""
+        from airflow_trickle.location import Location
+
+        if not self.warehouse:
+            raise ValueError("no warehouse configured")
+        return Location(self.warehouse, self.storage_options)
+
+    def __repr__(self) -> str:
+        from airflow_trickle.location import redact
+
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "storage_options"}
+        return f"TrickleConfig({shown}, storage_options={redact(self.storage_options)})"
 
     @classmethod
     def from_env(cls, **overrides) -> "TrickleConfig":
@@ -81,9 +111,24 @@ class TrickleConfig:
             raw = os.environ.get(f"TRICKLE_{f.name.upper()}")
             if raw is None or f.name == "spark_conf":
                 continue
+            if f.name == "storage_options":
+                values[f.name] = _json_object(raw, f"TRICKLE_{f.name.upper()}")
+                continue
             default = getattr(cls(), f.name)
             # the optional fields: the warehouse (a path), the others numbers
             kind = str if f.name == "warehouse" else float if default is None else type(default)
             values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on") if kind is bool else kind(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def _json_object(raw: str, what: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(raw)
+    except ValueError as err:
+        raise ValueError(f"{what} must be a JSON object: {err}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object, not {type(value).__name__}")
+    return value

@@ -54,13 +54,14 @@ def change(tr, rng: random.Random, next_id: int) -> int:
 
 def file_counts(location: str) -> tuple[int, int, int]:
     """(active files, data files on disk, commit files in the log) of a local Delta table."""
+    from airflow_trickle.location import Location
     from airflow_trickle.storage.deltalog import active_file_count, normalize_location
 
     root = normalize_location(location)
     on_disk = sum(1 for folder, _, files in os.walk(root) if "_delta_log" not in folder
                   for f in files if f.endswith(".parquet"))
     log = sum(1 for f in os.listdir(os.path.join(root, "_delta_log")) if f.endswith(".json"))
-    return active_file_count(location), on_disk, log
+    return active_file_count(Location(root)), on_disk, log
 
 
 def report(tr, cycle: int) -> dict[str, tuple[int, int, int]]:

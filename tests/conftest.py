@@ -50,7 +50,7 @@ TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, 
 
 
 #: Modules that start Spark themselves (a subprocess, a service) rather than through the fixtures.
-JVM_MODULES = {"test_airflow_example.py", "test_service.py", "test_spark_cluster.py"}
+JVM_MODULES = {"test_airflow_example.py", "test_service.py", "test_spark_cluster.py", "test_object_storage.py"}
 
 
 def pytest_configure(config):
@@ -65,7 +65,7 @@ def pytest_configure(config):
 LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 250, "test_cascade.py": 300,
                 "test_service.py": 280, "test_dvm_oracle_joins.py": 240, "test_airflow_example.py": 180,
                 "test_differential.py": 130, "test_lifecycle.py": 120, "test_repair.py": 55,
-                "test_airflow_live.py": 45}
+                "test_airflow_live.py": 45, "test_object_storage.py": 200}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_trickle.location import Location
 from airflow_trickle.errors import CycleError, DefinitionError, RefreshError, UnsupportedConstructError
 from airflow_trickle.refresh import refresh_stream_table
 from airflow_trickle.spark.engine import SparkEngine
@@ -60,7 +61,7 @@ def test_downstream_reads_upstreams_at_their_refresh_versions_and_records_them(t
     tr.refresh_group(f"{db}.d")
     read = tr.history(f"{db}.d", limit=1)[0].frontier_to
     for upstream in (f"{db}.b", f"{db}.c"):
-        assert read[upstream] == recorded_refreshes(tr.get(upstream).location)[0]["version"]
+        assert read[upstream] == recorded_refreshes(tr.catalog.at(tr.get(upstream).location))[0]["version"]
     assert visible(tr, f"{db}.d") == oracle(tr, f"{db}.d")
 
 
@@ -243,7 +244,7 @@ def test_alter_query_replaces_the_rows_in_one_commit_and_readers_never_see_an_em
         for query in (f"SELECT k, v FROM {db}.a WHERE v > 15",                 # same columns: overwritten
                       f"SELECT k, v, v * 2 AS w FROM {db}.a WHERE v > 15",     # new columns: replaced
                       f"SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {db}.a GROUP BY k"):  # new layout
-            before = latest_version(location)
+            before = latest_version(Location(location))
             tr.alter_stream_table(name, query=query)
             # one data commit; the definition the storage table carries may follow in a
             # metadata-only commit (no data file changes)

@@ -250,7 +250,7 @@ def test_an_append_that_lost_a_race_records_the_winners_frontier(tr, db, monkeyp
     tr.sql(f"INSERT INTO {db}.o VALUES (90, 1, 5)")
     stale = tr.get(name)
     winner_versions = decide.source_versions(tr.catalog, name)
-    storage_before = apply.latest_version(stale.location)
+    storage_before = apply.latest_version(tr.catalog.at(stale.location))
     won = apply.apply_refresh(tr, stale, "DIFFERENTIAL", winner_versions, refresh_id="winner", data_timestamp=utcnow())
     assert won.rows_inserted == 1 and won.frontier == winner_versions
     tr.sql(f"INSERT INTO {db}.o VALUES (91, 1, 6)")  # the loser read one more insert

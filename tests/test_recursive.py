@@ -73,7 +73,7 @@ def test_recursive_ctes_stay_exact_under_random_change(tr, db):
             assert stored == wanted, (batch, name)
         if batch == 1:  # an insert-only window: the bag tables were appended (semi-naive), not merged
             for name in (f"{db}.paths", f"{db}.repeats"):
-                metrics = newest_refresh(tr.get(name).location)["metrics"]
+                metrics = newest_refresh(tr.catalog.at(tr.get(name).location))["metrics"]
                 assert "numOutputRows" in metrics and "numTargetRowsInserted" not in metrics, (name, metrics)
 
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
+from airflow_trickle.location import Location
 from airflow_trickle.storage.deltalog import insert_only_commits
 from airflow_trickle.dvm.delta_plan import plan_refresh
 from airflow_trickle.dvm.bag import bag_append_sql
@@ -103,11 +104,11 @@ def test_insert_only_commits_reads_the_delta_log(tmp_path):
     write_deltalake(path, pa.table({"a": [4]}), mode="append")  # 2
     DeltaTable(path).delete("a = 1")  # 3
     write_deltalake(path, pa.table({"a": [5]}), mode="append")  # 4
-    assert insert_only_commits(path, 0, 2)
-    assert not insert_only_commits(path, 0, 3)
-    assert not insert_only_commits(path, 2, 4)
-    assert insert_only_commits(path, 3, 4)
-    assert not insert_only_commits(path, 0, 9)  # versions that do not exist (yet) are not known inserts
+    assert insert_only_commits(Location(path), 0, 2)
+    assert not insert_only_commits(Location(path), 0, 3)
+    assert not insert_only_commits(Location(path), 2, 4)
+    assert insert_only_commits(Location(path), 3, 4)
+    assert not insert_only_commits(Location(path), 0, 9)  # versions that do not exist (yet) are not known inserts
 
 
 def _stream_table(name, query, output, storage):

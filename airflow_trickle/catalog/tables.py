@@ -12,10 +12,13 @@ import logging
 import random
 import threading
 import time
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from airflow_trickle.catalog.model import _schemas, utcnow
 from airflow_trickle.errors import CatalogError
+
+if TYPE_CHECKING:
+    from airflow_trickle.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +35,14 @@ _READER_GRACE_HOURS = 1
 class DeltaTables:
     """The catalog tables under ``root``, read and written with delta-rs."""
 
-    def __init__(self, root: str, *, write_attempts: int = 8, storage_options: dict | None = None):
-        self.root = root.rstrip("/")
+    def __init__(self, root: "Location | str", *, write_attempts: int = 8):
+        from airflow_trickle.location import Location
+
+        #: Where the catalog lives, with the options that reach it (a path: a local catalog).
+        self.location = Location.of(root)
+        self.root = self.location.uri
         self.write_attempts = write_attempts
-        self.storage_options = storage_options or None
+        self.storage_options = self.location.delta_options
         self._ensured = False
         #: Reads reuse one open handle per catalog table, brought up to date by reading only
         #: the commits since (opening replays the log from its last checkpoint, up to a
@@ -51,6 +58,11 @@ class DeltaTables:
 
     def path(self, table: str) -> str:
         return f"{self.root}/{table}"
+
+    def at(self, uri: str) -> "Location":
+        """A table's location (as the catalog records it) with the warehouse's storage options:
+        what every delta-rs read of a stream table or a source is given."""
+        return self.location.at(uri)
 
     def ensure(self) -> None:
         """Create the catalog tables that do not exist yet (idempotent, safe to race)."""
@@ -93,7 +105,8 @@ class DeltaTables:
 
     def _rows(self, table: str, filters: list | None = None, **order_and_limit) -> list[dict]:
         with self._read_lock:
-            return _select(self._read_handle(table), table, filters, self._file_rows, **order_and_limit)
+            return _select(self._read_handle(table), table, filters, self._file_rows, location=self.location,
+                           **order_and_limit)
 
     def _read_handle(self, table: str):
         """An up-to-date handle on ``table`` for reading: the one opened before, brought to the
@@ -194,7 +207,7 @@ class DeltaTables:
 
 
 def _select(delta_table, name: str, filters: list | None, file_rows: "_FileRows | None" = None, *,
-            order_by: list[tuple[str, str]] | None = None, limit: int | None = None) -> list[dict]:
+            location: "Location | None" = None, order_by: list[tuple[str, str]] | None = None, limit: int | None = None) -> list[dict]:
     """Rows of a (small) catalog table whose columns equal the given values.
 
     Local tables are read file by file with pyarrow's own Parquet reader: reading through
@@ -203,7 +216,8 @@ def _select(delta_table, name: str, filters: list | None, file_rows: "_FileRows 
     string columns as ``string_view`` in some files, which pyarrow's dataset filters cannot
     compare with a string.  The catalog's writers never write deletion vectors, so the active
     files are the rows.  Files are cast to the catalog schema (and kept in ``file_rows``, when
-    given, for the next read); filters, ``order_by`` and ``limit`` run in Arrow.
+    given, for the next read); filters, ``order_by`` and ``limit`` run in Arrow.  Files in an
+    object store under ``location`` are fetched through it, each once for the same reasons.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -214,6 +228,12 @@ def _select(delta_table, name: str, filters: list | None, file_rows: "_FileRows 
     if all("://" not in f or f.startswith("file://") for f in files):
         file_rows = file_rows if file_rows is not None else _FileRows()
         parts = file_rows.read(name, files, lambda f: _conform(pq.read_table(f.removeprefix("file://")), schema))
+        data = pa.concat_tables(parts) if parts else schema.empty_table()
+    elif location is not None and all(f.startswith(location.uri + "/") for f in files):
+        file_rows = file_rows if file_rows is not None else _FileRows()
+        prefix = len(location.uri) + 1
+        parts = file_rows.read(name, files, lambda f: _conform(
+            pq.read_table(pa.BufferReader(location.read(f[prefix:]))), schema))
         data = pa.concat_tables(parts) if parts else schema.empty_table()
     else:
         data = _conform(delta_table.to_pyarrow_table(), schema)

@@ -21,6 +21,7 @@ from airflow_trickle.model import CdcMode, RefreshMode, SourceType, Status, Stor
 from airflow_trickle.names import qualify_name, quote_name
 from airflow_trickle.refresh import refresh_stream_table
 from airflow_trickle.storage.definitions import definition_properties, record_definition
+from airflow_trickle.storage.lease import lease_of
 from airflow_trickle.schedule import parse_schedule
 from airflow_trickle.spark.delta import table_location, table_properties
 
@@ -47,14 +48,15 @@ def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bo
                          stream_tables={st.name: st.output_columns for st in env.catalog.list()},
                          edges=[(d.source_name, d.st_name) for d in env.catalog.dependencies()])
     st = stream_table_row(definition, options)
-    try:
-        install(env, st, definition, replace=False)
-        if initialize:
-            refresh_stream_table(env, st.name, initiated_by="INITIAL")
-    except BaseException:
-        forget(env, st.name)
-        drop_storage_table(env.spark, st.name)
-        raise
+    with lease_of(env, [st.name]):
+        try:
+            install(env, st, definition, replace=False)
+            if initialize:
+                refresh_stream_table(env, st.name, initiated_by="INITIAL")
+        except BaseException:
+            forget(env, st.name)
+            drop_storage_table(env.spark, st.name, env.catalog)
+            raise
     log.info("created stream table %s (%s, runs %s)", st.name, st.refresh_mode, st.effective_mode)
     return env.get(st.name)
 
@@ -151,8 +153,9 @@ def drop(env, name: str, *, if_exists: bool, cascade: bool) -> None:
 def _drop_one(env, name: str) -> None:
     from airflow_trickle.storage.tables import drop_storage_table
 
-    forget(env, name)
-    drop_storage_table(env.spark, name)
+    with lease_of(env, [name]):
+        forget(env, name)
+        drop_storage_table(env.spark, name, env.catalog)
     log.info("dropped stream table %s", name)
 
 
@@ -179,6 +182,11 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
     if status is not UNSET:
         status = Status.parse(status, what="status", stream_table=qualified)
     options = TableOptions.parse(options, stream_table=qualified)
+    with lease_of(env, [qualified]):
+        return _alter(env, st, qualified, query, schedule, new_mode, status, options)
+
+
+def _alter(env, st: StreamTable, qualified: str, query, schedule, new_mode, status, options) -> StreamTable:
     if query is not UNSET:
         st = replace_query(env, st, query, new_mode)
         new_mode = None  # the new query's row already carries the mode

@@ -104,17 +104,20 @@ class StreamTableEngineHook(BaseHook):
         spark = self.project.spark
         options = {key: getattr(spark, key) for key in ("deploy_mode", "driver_memory", "executor_memory",
                                                         "num_executors") if getattr(spark, key) is not None}
+        from airflow_trickle.location import secret_environment
+
+        # storage credentials by the environment, never on the command line the hook logs
+        env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                    **secret_environment(self.project.config().storage_options)}
         hook = SparkSubmitHook(conf=self.session_conf(), conn_id=self.conn_id, name=self.name[:200],
-                               application_args=args,
-                               env_vars={"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
-                               **options)
+                               application_args=args, env_vars=env_vars, **options)
         hook.submit(JOB_FILE)
 
     def session_conf(self) -> dict:
         """The Spark settings of a submitted job: the project's session, with a quiet driver log."""
         from airflow_trickle.spark.session import session_conf
 
-        conf = session_conf(self.project.config(), self.project.warehouse)
+        conf = session_conf(self.project.config(), self.project.warehouse, secrets=False)
         conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOGGING}")
         if "://" in self.project.warehouse:  # a remote warehouse is the cluster's own setting
             conf.pop("spark.sql.warehouse.dir", None)
@@ -197,7 +200,7 @@ def _connect_outcomes(tr, results: list[dict]) -> dict[str, dict]:
 def _table_version(tr, name: str) -> int:
     from airflow_trickle.storage.deltalog import latest_version
 
-    return latest_version(tr.get(name).location)
+    return latest_version(tr.catalog.at(tr.get(name).location))
 
 
 def _submitted_outcome(hook, name: str, started) -> dict:

@@ -62,8 +62,7 @@ class TrickleHook(BaseHook):
         from airflow_trickle.catalog import CatalogStore
         from airflow_trickle.spark.session import CATALOG_DIR
 
-        return CatalogStore(f"{self.config.warehouse.rstrip('/')}/{CATALOG_DIR}",
-                            write_attempts=self.config.catalog_write_attempts)
+        return CatalogStore(self.config.location.child(CATALOG_DIR), write_attempts=self.config.catalog_write_attempts)
 
     def get_conn(self):
         return self.catalog
@@ -85,7 +84,7 @@ class TrickleHook(BaseHook):
         for dep in self.catalog.dependencies(name):
             if source is not None and dep.source_name != source:
                 continue
-            latest = latest_version(dep.source_location)
+            latest = latest_version(self.catalog.at(dep.source_location))
             seen = st.frontier.get(dep.source_name, -1)
             if latest > seen:
                 pending[dep.source_name] = (seen, latest)
@@ -96,7 +95,7 @@ class TrickleHook(BaseHook):
     def table_version(self, name: str) -> int:
         from airflow_trickle.storage.deltalog import latest_version
 
-        return latest_version(self.stream_table(name).location)
+        return latest_version(self.catalog.at(self.stream_table(name).location))
 
     def refresh_cheaply(self, name: str, *, initiated_by: str):
         """Finish a refresh that needs no Spark (NO_DATA, or SKIP when suspended); else ``None``."""

@@ -122,7 +122,7 @@ def table_lineage(catalog, name: str, outcome: dict | None = None) -> TableLinea
             upstream = catalog.get(dep.source_name)
             fields = tuple((c, t) for c, t in (upstream.storage.columns if upstream else []))
         else:
-            fields = _base_table_fields(dep.source_location)
+            fields = _base_table_fields(catalog, dep.source_location)
         inputs.append(Dataset(dep.source_name, namespace, dataset, st.frontier.get(dep.source_name), fields))
     namespace, dataset = dataset_id(st.location or name)
     output = Dataset(name, namespace, dataset, outcome.get("table_version"),
@@ -160,7 +160,7 @@ def collect(catalog, outcomes: dict[str, dict]) -> list[TableLineage]:
         return []
 
 
-def _base_table_fields(location: str | None) -> tuple[tuple[str, str], ...]:
+def _base_table_fields(catalog, location: str | None) -> tuple[tuple[str, str], ...]:
     """A base table's columns and types from its Delta log (none when it cannot be read)."""
     from airflow_trickle.model import HIDDEN_PREFIX
     from airflow_trickle.storage.deltalog import column_types
@@ -168,7 +168,7 @@ def _base_table_fields(location: str | None) -> tuple[tuple[str, str], ...]:
     if not location:
         return ()
     try:
-        return tuple((c, t) for c, t in column_types(location) if not c.startswith(HIDDEN_PREFIX))
+        return tuple((c, t) for c, t in column_types(catalog.at(location)) if not c.startswith(HIDDEN_PREFIX))
     except Exception:  # noqa: BLE001 - a schema is a description: an unreadable log gives none
         log.debug("no schema for %s", location, exc_info=True)
         return ()

@@ -19,7 +19,7 @@ def explain(env, st) -> dict:
     from airflow_trickle.refresh.differential import refresh_versions, source_columns
     from airflow_trickle.refresh.local_merge import describe as describe_commit
 
-    current = {d.source_name: latest_version(d.source_location) for d in env.catalog.dependencies(st.name)}
+    current = {d.source_name: latest_version(env.catalog.at(d.source_location)) for d in env.catalog.dependencies(st.name)}
     lines = [f"stream table {st.name}", f"  refresh mode: {st.refresh_mode} (runs {st.effective_mode})"]
     if st.mode_reason:
         lines.append(f"  why FULL: {st.mode_reason}")
@@ -42,7 +42,7 @@ def explain(env, st) -> dict:
             delta_sql, why_not = None, f"cannot maintain differentially: {err}"
         cost = _time_rule(env, st)
         lines.append(f"  cost, measured: {cost}")
-        commit = describe_commit(st.location, env.config.local_commit_max_rows)
+        commit = describe_commit(env.catalog.at(st.location), env.config.local_commit_max_rows)
         lines.append(f"  commit: {commit}")
         pending, pending_lines = _pending(env, st, root, current, columns)
         lines += pending_lines

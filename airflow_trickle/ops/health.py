@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.model import Action, CdcMode, Outcome, RefreshMode
+
+if TYPE_CHECKING:
+    from airflow_trickle.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +128,7 @@ def source_health(catalog, warning: timedelta, now: datetime) -> list[SourceHeal
     for source, deps in sorted(by_source.items()):
         location = deps[0].source_location
         try:
-            report.append(_source_health(source, location, deps, tables, now, warning))
+            report.append(_source_health(source, catalog.at(location), deps, tables, now, warning))
         except Exception as err:  # noqa: BLE001 - an unreadable source is itself the finding
             readers = [ReaderHealth(d.st_name, tables[d.st_name].frontier.get(source), BROKEN,
                                     f"{source} cannot be read at {location}: {str(err)[:200]}") for d in deps]
@@ -134,7 +137,7 @@ def source_health(catalog, warning: timedelta, now: datetime) -> list[SourceHeal
     return report
 
 
-def _source_health(source: str, location: str, deps, tables, now: datetime, warning: timedelta) -> SourceHealth:
+def _source_health(source: str, location: "Location", deps, tables, now: datetime, warning: timedelta) -> SourceHealth:
     from airflow_trickle.storage.deltalog import commit_history, latest_version, table_configuration
 
     configuration = table_configuration(location)
@@ -145,7 +148,7 @@ def _source_health(source: str, location: str, deps, tables, now: datetime, warn
     commits = {int(c["version"]): c for c in commit_history(location, window + 1) if "version" in c}
     oldest = min(commits, default=latest)
     result = SourceHealth(
-        source=source, location=location,
+        source=source, location=location.uri,
         change_feed=str(configuration.get("delta.enableChangeDataFeed", "false")).lower() == "true",
         latest_version=latest, oldest_log_version=oldest,
         deleted_file_retention=parse_interval(configuration.get("delta.deletedFileRetentionDuration"),
@@ -153,11 +156,12 @@ def _source_health(source: str, location: str, deps, tables, now: datetime, warn
         log_retention=parse_interval(configuration.get("delta.logRetentionDuration"), DEFAULT_LOG_RETENTION))
     for dep in deps:
         st = tables[dep.st_name]
-        result.readers.append(_reader_health(result, st, dep, commits, now, warning))
+        result.readers.append(_reader_health(result, location, st, dep, commits, now, warning))
     return result
 
 
-def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, warning: timedelta) -> ReaderHealth:
+def _reader_health(src: SourceHealth, location: "Location", st, dep, commits: dict, now: datetime,
+                   warning: timedelta) -> ReaderHealth:
     from airflow_trickle.storage.deltalog import commit_time
 
     frontier = st.frontier.get(src.source)
@@ -174,7 +178,7 @@ def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, war
     if needed not in commits:
         return ReaderHealth(name, frontier, BROKEN, f"the log of {src.source} no longer holds version {needed} "
                             f"(log retention {duration_text(src.log_retention)}): the next refresh runs FULL")
-    missing = _missing_files(src.location, needed, src.latest_version)
+    missing = _missing_files(location, needed, src.latest_version)
     if missing:
         return ReaderHealth(name, frontier, BROKEN, f"{len(missing)} file(s) of versions {needed}-{src.latest_version} "
                             f"of {src.source} are gone (vacuumed), e.g. {missing[0]}: the next refresh runs FULL")
@@ -195,26 +199,22 @@ def _reader_health(src: SourceHealth, st, dep, commits: dict, now: datetime, war
                         time_left)
 
 
-def _missing_files(location: str, first: int, last: int) -> list[str]:
-    """Files the versions ``first..last`` reference (added, removed, change files) that are gone;
-    checked on a local table only (elsewhere: an empty list)."""
-    from airflow_trickle.storage.deltalog import normalize_location
-
-    root = normalize_location(location)
-    if "://" in root or not os.path.isdir(root):
-        return []
+def _missing_files(location: "Location", first: int, last: int) -> list[str]:
+    """Files the versions ``first..last`` reference (added, removed, change files) that are gone
+    from the table's directory or object-store prefix."""
     missing = []
     for version in range(first, last + 1):
-        entry = os.path.join(root, "_delta_log", f"{version:020d}.json")
-        if not os.path.exists(entry):
+        entry = f"_delta_log/{version:020d}.json"
+        try:
+            commit = location.read(entry).decode("utf-8")
+        except (FileNotFoundError, OSError):
             continue  # compacted into a checkpoint: the oldest-version check covers it
-        with open(entry, encoding="utf-8") as commit:
-            for line in commit:
-                action = json.loads(line) if line.strip() else {}
-                for kind in ("add", "remove", "cdc"):
-                    path = (action.get(kind) or {}).get("path")
-                    if path and "://" not in path and not os.path.exists(os.path.join(root, unquote(path))):
-                        missing.append(unquote(path))
+        for line in commit.splitlines():
+            action = json.loads(line) if line.strip() else {}
+            for kind in ("add", "remove", "cdc"):
+                path = (action.get(kind) or {}).get("path")
+                if path and "://" not in path and not location.exists(unquote(path)):
+                    missing.append(unquote(path))
     return missing
 
 

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.ops.health import DEFAULT_DELETED_FILE_RETENTION, parse_interval
 from airflow_trickle.names import quote_name
+from airflow_trickle.storage.lease import lease_of
+
+if TYPE_CHECKING:
+    from airflow_trickle.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,7 @@ class Maintained:
     table: str
     active_files_before: int
     active_files_after: int
-    #: Data files on disk (active or not) before and after; None where the table is not local.
+    #: Data files in storage (active or not) before and after, as listed there.
     files_on_disk_before: int | None
     files_on_disk_after: int | None
     #: The VACUUM retention used (hours), and why it is longer than asked, if it is.
@@ -62,13 +66,14 @@ def maintain(env, names: list[str] | None = None, *, retention_hours: float | No
         st = tables.get(name)
         if st is None or not st.location:
             continue
-        done.append(_maintain_storage(env, st, [d for d in dependencies if d.source_name == name], tables,
-                                      retention_hours, now))
+        with lease_of(env, [name]):  # OPTIMIZE and VACUUM commit to the storage table
+            done.append(_maintain_storage(env, st, [d for d in dependencies if d.source_name == name], tables,
+                                          retention_hours, now))
     done += _maintain_catalog(env)
     return done
 
 
-def needed_hours(location: str, readers, tables, now: datetime) -> tuple[float, str]:
+def needed_hours(location: "Location", readers, tables, now: datetime) -> tuple[float, str]:
     """Hours of history the readers of the table at ``location`` still need, and which reader
     needs the most (0 when every reader is up to date)."""
     from airflow_trickle.storage.deltalog import commit_history, commit_time, latest_version
@@ -95,12 +100,13 @@ def _maintain_storage(env, st, readers, tables, retention_hours, now) -> Maintai
     from airflow_trickle.storage.deltalog import active_file_count, table_configuration
 
     table = quote_name(st.name)
-    active_before, disk_before = active_file_count(st.location), _files_on_disk(st.location)
+    location = env.catalog.at(st.location)
+    active_before, disk_before = active_file_count(location), _files_on_disk(location)
     env.spark.sql(f"OPTIMIZE {table}")
-    default = parse_interval(table_configuration(st.location).get("delta.deletedFileRetentionDuration"),
+    default = parse_interval(table_configuration(location).get("delta.deletedFileRetentionDuration"),
                              DEFAULT_DELETED_FILE_RETENTION).total_seconds() / 3600
     aim = default if retention_hours is None else float(retention_hours)
-    needed, slowest = needed_hours(st.location, readers, tables, now)
+    needed, slowest = needed_hours(location, readers, tables, now)
     # a margin for the moments between this reading of the clock and the VACUUM's own; whole
     # hours, because Delta rounds a VACUUM's retention to the nearest hour
     retained = max(aim, float(math.ceil(needed + MARGIN_HOURS)) if slowest else 0.0)
@@ -116,8 +122,8 @@ def _maintain_storage(env, st, readers, tables, retention_hours, now) -> Maintai
     finally:
         for key in settings:
             env.spark.conf.unset(key)
-    result = Maintained(st.name, active_before, active_file_count(st.location), disk_before,
-                        _files_on_disk(st.location), retained, note)
+    result = Maintained(st.name, active_before, active_file_count(location), disk_before,
+                        _files_on_disk(location), retained, note)
     log.info("maintained %s: %s", st.name, result)
     return result
 
@@ -140,12 +146,10 @@ def _maintain_catalog(env) -> list[Maintained]:
     return done
 
 
-def _files_on_disk(location: str) -> int | None:
-    """Data files (Parquet, change files) under a local table's directory, the log left out."""
-    from airflow_trickle.storage.deltalog import normalize_location
-
-    root = normalize_location(location)
-    if "://" in root or not os.path.isdir(root):
+def _files_on_disk(location: "Location") -> int | None:
+    """Data files (Parquet, change files) in a table's storage, the log left out (a listing of
+    the directory or the object-store prefix); None when it cannot be listed."""
+    try:
+        return sum(1 for path in location.list_files(".parquet") if not path.startswith("_delta_log/"))
+    except Exception:  # noqa: BLE001 - an unlistable store: the count is informative only
         return None
-    return sum(1 for folder, dirs, files in os.walk(root) if "_delta_log" not in folder
-               for f in files if f.endswith(".parquet"))

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.model import CdcMode, RefreshMode
 from airflow_trickle.storage.definitions import (_DEFINED, DEFINITION_KEY, _defined, _recorded, record_definition,
                                                  rows_from_record)
+
+if TYPE_CHECKING:
+    from airflow_trickle.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ def stored_stream_tables(env) -> dict[str, Stored]:
     found = {}
     for name, location in _warehouse_tables(env).items():
         try:
-            configuration = table_configuration(location)
+            configuration = table_configuration(env.catalog.at(location))
         except Exception:  # noqa: BLE001 - not a readable Delta table: not ours to repair
             continue
         raw = configuration.get(DEFINITION_KEY)
@@ -61,33 +64,19 @@ def stored_stream_tables(env) -> dict[str, Stored]:
             record = json.loads(raw)
         except ValueError:
             record = None
-        newest = newest_refresh(location)
-        columns = [c for c in column_names(location) if not c.startswith(HIDDEN_PREFIX)]
+        newest = newest_refresh(env.catalog.at(location))
+        columns = [c for c in column_names(env.catalog.at(location)) if not c.startswith(HIDDEN_PREFIX)]
         key = (record or {}).get("name") or name
         found[key] = Stored(name=key, location=location, record=record, newest=newest, visible_columns=columns)
     return found
 
 
 def _warehouse_tables(env) -> dict[str, str]:
-    """``{table name: location}`` of the warehouse's Delta tables: a directory scan of a local
-    warehouse (no JVM), else the Spark catalog's tables."""
-    from airflow_trickle.spark.delta import table_location
-    from airflow_trickle.spark.session import _tables_on_disk, local_path
+    """``{table name: location}`` of the Delta tables stored under the warehouse: a listing of
+    its directory or object-store prefix (no JVM)."""
+    from airflow_trickle.location import warehouse_tables
 
-    root = local_path(env.warehouse)
-    if root:
-        return {k: v for k, v in _tables_on_disk(root).items() if v} if os.path.isdir(root) else {}
-    spark = env.spark
-    tables = {}
-    for database in spark.catalog.listDatabases():
-        for table in spark.catalog.listTables(database.name):
-            if not table.isTemporary:
-                name = f"{database.name}.{table.name}"
-                try:
-                    tables[name] = table_location(spark, name)
-                except Exception:  # noqa: BLE001 - a view, or a table without a location
-                    continue
-    return tables
+    return {k: v for k, v in warehouse_tables(env.location).items() if v}
 
 
 # -- check ---------------------------------------------------------------------------------------
@@ -115,7 +104,7 @@ def check(env) -> list[Finding]:
     for name, st in sorted(catalog.items()):
         stored_one = stored.get(name)
         if stored_one is None:
-            exists = st.location and _readable(st.location)
+            exists = st.location and _readable(env.catalog.at(st.location))
             if not exists:
                 where = f" ({st.location})" if st.location else " (the catalog records no location)"
                 findings.append(Finding(name, "ERROR", f"its storage table is missing{where}",
@@ -126,11 +115,11 @@ def check(env) -> list[Finding]:
         else:
             findings += _compare(st, stored_one)
         for dep in (d for d in edges if d.st_name == name):
-            findings += _check_source(st, dep)
+            findings += _check_source(st, dep, env.catalog.at(dep.source_location))
     return findings
 
 
-def _readable(location: str) -> bool:
+def _readable(location: "Location") -> bool:
     from airflow_trickle.storage.deltalog import latest_version
 
     try:
@@ -168,14 +157,13 @@ def _compare(st: StreamTable, stored: Stored) -> list[Finding]:
     return findings
 
 
-def _check_source(st: StreamTable, dep: Dependency) -> list[Finding]:
+def _check_source(st: StreamTable, dep: Dependency, where: "Location") -> list[Finding]:
     from airflow_trickle.storage.deltalog import latest_version, table_configuration
 
-    where = dep.source_location
     try:
         newest = latest_version(where)
     except Exception:  # noqa: BLE001 - gone or damaged
-        return [Finding(st.name, "ERROR", f"its source {dep.source_name} is unreadable at {where}",
+        return [Finding(st.name, "ERROR", f"its source {dep.source_name} is unreadable at {where.uri}",
                         "restore the source, or drop the stream table")]
     findings = []
     consumed = st.frontier.get(dep.source_name)
@@ -236,7 +224,7 @@ def repair(env, *, from_storage: bool = False) -> list[dict]:
                             "frontier": st.frontier, "refresh_seq": st.refresh_seq})
     for name, current in sorted(catalog.items()):
         found = stored.get(name)
-        if (found is None and current.location and _readable(current.location)) or (
+        if (found is None and current.location and _readable(env.catalog.at(current.location))) or (
                 found is not None and not from_storage and (found.record is None or _differing(found.record, current))):
             record_definition(env, name)
             actions.append({"stream_table": name, "action": "wrote the catalog's definition to its storage table"})

@@ -220,5 +220,10 @@ class Project:
 
     def to_job_spec(self, names: list[str]) -> dict:
         """What a Spark refresh job needs to create (when missing) and refresh ``names``."""
-        return {"project": self.name, "warehouse": self.warehouse, "settings": self.settings,
+        from airflow_trickle.location import public_options
+
+        settings = dict(self.settings)
+        if settings.get("storage_options"):  # credentials reach the job by its environment
+            settings["storage_options"] = public_options(self.config().storage_options)
+        return {"project": self.name, "warehouse": self.warehouse, "settings": settings,
                 "stream_tables": [self.stream_tables[n].to_json() for n in names]}

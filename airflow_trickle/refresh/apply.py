@@ -36,6 +36,7 @@ from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.refresh.schema import remember_source_schemas, source_schema_change
 from airflow_trickle.refresh.writers import choose_writer, full_writer
 from airflow_trickle.spark.delta import refresh_commit
+from airflow_trickle.storage.lease import fence
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
 
 log = logging.getLogger(__name__)
@@ -109,13 +110,15 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
     txn_app_id = f"airflow_trickle:{st.st_id}"
 
     def commit(sql: str):
+        fence(env.catalog.location, st.name, env.config.lease_seconds)
         with refresh_commit(env.spark, metadata=metadata, txn_app_id=txn_app_id, txn_version=seq):
             return env.engine.first(hoist_nested_ctes(sql))
 
     def local_commit(sql: str):
         """A small change through delta-rs where it applies (False: it does not)."""
-        return merge_locally(env.spark, st.location, sql, metadata=metadata, txn_app_id=txn_app_id,
-                             txn_version=seq, max_rows=env.config.local_commit_max_rows)
+        return merge_locally(env.spark, env.catalog.at(st.location), sql, metadata=metadata, txn_app_id=txn_app_id,
+                             txn_version=seq, max_rows=env.config.local_commit_max_rows,
+                             before_commit=lambda: fence(env.catalog.location, st.name, env.config.lease_seconds))
 
     local = estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows
     try:
@@ -139,7 +142,7 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         reason = "this refresh's commit had already landed; skipped by its transaction id"
         # The commit that landed (an earlier attempt, killed before it could record it) may have
         # consumed other versions than this attempt read: its frontier is what storage holds.
-        landed = next((r for r in recorded_refreshes(st.location) if r.get("seq") == seq), None)
+        landed = next((r for r in recorded_refreshes(env.catalog.at(st.location)) if r.get("seq") == seq), None)
         if landed is not None and landed.get("frontier") is not None:
             current = {name: int(version) for name, version in landed["frontier"].items()}
             if landed.get("data_timestamp"):
@@ -150,7 +153,7 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         deleted = int(metrics["num_deleted_rows"] or 0) + updated
         touched = inserted + deleted - updated
     with clock.phase("record"):
-        table_version = latest_version(st.location)
+        table_version = latest_version(env.catalog.at(st.location))
         if action == Action.REINITIALIZE:
             remember_source_schemas(env, st)
 
@@ -192,15 +195,15 @@ def _committed(env, st: StreamTable, writer, commit, local_commit, refresh_id: s
     An INSERT or a CTAS (``writer.inserting``) returns no metrics: they are read from its commit;
     one that replaced every stored row (``writer.rewriting``) deleted as many as were stored before.
     """
-    version_before = latest_version(st.location) if writer.inserting else None
-    stored_before = row_count(st.location) if writer.rewriting else 0
+    version_before = latest_version(env.catalog.at(st.location)) if writer.inserting else None
+    stored_before = row_count(env.catalog.at(st.location)) if writer.rewriting else 0
     metrics = with_retries(env.config, lambda: writer.write(commit, local_commit))
     if writer.inserting:
-        return _written_metrics(st, version_before, refresh_id, deleted=stored_before)
+        return _written_metrics(env.catalog.at(st.location), version_before, refresh_id, deleted=stored_before)
     return metrics
 
 
-def _written_metrics(st: StreamTable, version_before: int, refresh_id: str, *, deleted: int = 0) -> dict | None:
+def _written_metrics(location, version_before: int, refresh_id: str, *, deleted: int = 0) -> dict | None:
     """MERGE-shaped metrics of the append or replace just run, or None when Delta skipped it
     (its transaction id had landed already).  A replace removed every row stored before.
 
@@ -209,9 +212,9 @@ def _written_metrics(st: StreamTable, version_before: int, refresh_id: str, *, d
     append -- taking that commit's rows for this one's would record this refresh's frontier
     over the other's data (a concurrency trial caught exactly that).
     """
-    if latest_version(st.location) == version_before:
+    if latest_version(location) == version_before:
         return None
-    landed = next((r for r in recorded_refreshes(st.location)
+    landed = next((r for r in recorded_refreshes(location)
                    if r["version"] > version_before and r.get("refresh_id") == refresh_id), None)
     if landed is None:
         return None

@@ -88,15 +88,15 @@ def source_versions(catalog, name: str) -> dict[str, int]:
     for dep in catalog.dependencies(name):
         version = None
         if dep.source_type == SourceType.STREAM_TABLE:
-            version = next((r["version"] for r in recorded_refreshes(dep.source_location, limit=5)), None)
-        versions[dep.source_name] = latest_version(dep.source_location) if version is None else version
+            version = next((r["version"] for r in recorded_refreshes(catalog.at(dep.source_location), limit=5)), None)
+        versions[dep.source_name] = latest_version(catalog.at(dep.source_location)) if version is None else version
     return versions
 
 
 def _only_empty_commits(catalog, st: StreamTable, current: dict[str, int]) -> bool:
     locations = {dep.source_name: dep.source_location for dep in catalog.dependencies(st.name)}
     try:
-        return all(only_empty_commits(locations[source], st.frontier[source], version)
+        return all(only_empty_commits(catalog.at(locations[source]), st.frontier[source], version)
                    for source, version in current.items() if version != st.frontier.get(source))
     except Exception:  # noqa: BLE001 - safe: "unknown" means the change feed is read
         log.debug("%s: could not tell whether the new commits are empty", st.name, exc_info=True)
@@ -135,10 +135,10 @@ def change_estimate(catalog, st: StreamTable, current: dict[str, int], newest: d
     try:
         for dep in catalog.dependencies(st.name):
             old, new = st.frontier.get(dep.source_name), current.get(dep.source_name)
-            total += row_count(dep.source_location)
+            total += row_count(catalog.at(dep.source_location))
             if old is not None and new is not None and new > old:
-                changed += changed_rows(dep.source_location, old, new)
-        stored = row_count(st.location) if st.location else 0
+                changed += changed_rows(catalog.at(dep.source_location), old, new)
+        stored = row_count(catalog.at(st.location)) if st.location else 0
     except Exception:  # noqa: BLE001 - safe: without an estimate the delta runs (no FULL fallback)
         log.debug("%s: no change estimate", st.name, exc_info=True)
         return None
@@ -151,7 +151,7 @@ def recover_frontier(catalog, st: StreamTable) -> Loaded:
     A refresh killed after its data commit but before its catalog update left the catalog one
     refresh behind; the frontier in the data commit is the truth.
     """
-    newest = newest_refresh(st.location)
+    newest = newest_refresh(catalog.at(st.location))
     if newest is None or newest["seq"] <= st.refresh_seq:
         return Loaded(st, None, newest)
 

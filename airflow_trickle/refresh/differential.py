@@ -64,7 +64,7 @@ def sources_only_gained_rows(env, st, current: dict[str, int]) -> bool:
     """Whether every source that changed in the window only gained rows (its Delta log says so;
     an unreadable log says no, and the MERGE path applies)."""
     try:
-        return all(insert_only_commits(d.source_location, st.frontier[d.source_name], current[d.source_name])
+        return all(insert_only_commits(env.catalog.at(d.source_location), st.frontier[d.source_name], current[d.source_name])
                    for d in env.catalog.dependencies(st.name)
                    if current.get(d.source_name) != st.frontier.get(d.source_name))
     except Exception:  # noqa: BLE001 - safe: "no" means the MERGE path applies

@@ -29,6 +29,7 @@ from airflow_trickle.model import Action, Outcome
 from airflow_trickle.refresh.apply import apply_refresh
 from airflow_trickle.refresh.decide import recover_frontier
 from airflow_trickle.refresh.engine import Environment, RefreshResult, refresh_stream_table
+from airflow_trickle.storage.lease import lease_of
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +63,27 @@ def refresh_group(env: Environment, members: list[str], *, group: list[str] | No
     ``group`` names the whole group when ``members`` is part of it (the Airflow task refreshes
     only the members with new data); its epoch is the one counted.
     """
-    group = list(group or members)
+    with lease_of(env, list(members)):  # the members' commits and any rollback, one writer at a time
+        return _refresh_group(env, members, group=list(group or members), convergence_points=convergence_points,
+                              mode=mode, initiated_by=initiated_by)
+
+
+def _refresh_group(env: Environment, members: list[str], *, group: list[str], convergence_points: list[str] | None,
+                   mode: str | None, initiated_by: str) -> GroupResult:
     name = group_name(group)
     before = {}
     for member in members:
         row = env.catalog.get(member)
         if row is None:
             raise StreamTableNotFoundError("no such stream table (member of an atomic group)", stream_table=member)
-        before[member] = _Before(row, latest_version(row.location))
+        before[member] = _Before(row, latest_version(env.catalog.at(row.location)))
     results: list[RefreshResult] = []
     try:
         for member in members:
             results.append(refresh_stream_table(env, member, mode=mode, initiated_by=initiated_by))
     except BaseException as err:
         failed = members[len(results)]
-        committed = [r.name for r in results if latest_version(before[r.name].row.location) > before[r.name].version]
+        committed = [r.name for r in results if latest_version(env.catalog.at(before[r.name].row.location)) > before[r.name].version]
         restored, unrestored = [], []
         for member in reversed(committed):
             try:

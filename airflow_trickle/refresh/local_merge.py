@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from typing import TYPE_CHECKING, Callable
 
 from sqlglot import exp, parse_one
 
@@ -42,6 +43,9 @@ from airflow_trickle.storage.deltalog import COMMIT_KEY, open_table
 from airflow_trickle.model import DUP, ROW_ID
 from airflow_trickle.sql.parse import DIALECT
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
+
+if TYPE_CHECKING:
+    from airflow_trickle.location import Location
 
 log = logging.getLogger(__name__)
 
@@ -156,29 +160,30 @@ def why_not_writable(table) -> str | None:
     return None
 
 
-def describe(location: str, max_rows: int, storage_options: dict | None = None) -> str:
+def describe(location: "Location", max_rows: int) -> str:
     """How a DIFFERENTIAL refresh of the storage table at ``location`` commits (for explain)."""
     if max_rows <= 0:
         return "Spark's MERGE (local_commit_max_rows is 0)"
-    why_not = why_not_writable(open_table(location, storage_options))
+    why_not = why_not_writable(open_table(location))
     if why_not:
         return f"Spark's MERGE (delta-rs does not write this table: {why_not})"
     return (f"delta-rs, for changes expected to touch at most {max_rows:,} stored rows (Spark resolves "
             "them against the stored rows); Spark's MERGE above that")
 
 
-def merge_locally(spark, location: str, merge_sql: str, *, metadata: dict, txn_app_id: str, txn_version: int,
-                  max_rows: int, storage_options: dict | None = None) -> dict | None | bool:
+def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict, txn_app_id: str, txn_version: int,
+                  max_rows: int, before_commit: Callable[[], None]) -> dict | None | bool:
     """Apply ``merge_sql`` to the storage table at ``location`` through delta-rs.
 
     Returns MERGE-shaped metrics; None when the transaction ``(txn_app_id, txn_version)`` had
     landed already (nothing written, as Spark skips it); False when this path does not apply
     (the caller runs the MERGE on Spark): the table, or more than ``max_rows`` resolved rows
-    (the estimate was wrong; they are not brought into this process).
+    (the estimate was wrong; they are not brought into this process).  ``before_commit`` runs
+    just before delta-rs commits (the writer lease's fence).
     """
     from deltalake.exceptions import CommitFailedError, DeltaError
 
-    table = open_table(location, storage_options)
+    table = open_table(location)
     columns = writable_columns(table)
     if columns is None:
         return False
@@ -196,6 +201,7 @@ def merge_locally(spark, location: str, merge_sql: str, *, metadata: dict, txn_a
         return counts  # nothing to write; the catalog records the new frontier
     quoted = {f'"{name}"': f's."{name}"' for name, _ in columns}
     identity = f't."{ROW_ID}" = s."{MATCHED_ID}" AND t."{DUP}" = s."{MATCHED_DUP}"'
+    before_commit()
     try:
         done = _merge(table, changes, identity, quoted, metadata, txn_app_id, txn_version)
     except CommitFailedError:

@@ -103,7 +103,7 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
     # A FULL refresh into empty storage (the first population) has nothing to diff against: a
     # plain INSERT writes the same rows without the MERGE's scans and joins.  Only a table the
     # catalog has never seen populated is worth the log read (after a crash it may hold data).
-    if not st.is_populated and has_no_data_files(st.location):
+    if not st.is_populated and has_no_data_files(env.catalog.at(st.location)):
         return FirstFill(fill_storage_sql(env, st, current))
     return full_writer(env, st, current)
 

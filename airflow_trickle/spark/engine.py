@@ -75,6 +75,16 @@ class SparkEngine:
 
     # -- files and logs ------------------------------------------------------------------------
 
+    def interrupt(self) -> None:
+        """Stop the Spark work this session has in flight (a writer that lost its lease)."""
+        try:
+            if self.is_connect:
+                self.spark.interruptAll()
+            else:
+                self.spark.sparkContext.cancelAllJobs()
+        except Exception:  # noqa: BLE001 - nothing in flight, or the session is gone
+            pass
+
     def remove_path(self, location: str) -> None:
         """Remove the files under ``location`` through Hadoop's file system, where this process
         has a JVM (a classic session); over Spark Connect the server's managed ``DROP TABLE``

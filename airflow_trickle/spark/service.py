@@ -54,7 +54,15 @@ class ServiceInfo:
 
 
 def service_dir(warehouse: str) -> Path:
-    return Path(warehouse) / SERVICE_DIR
+    """Where the service of ``warehouse`` keeps its state and logs: in a local warehouse, else in
+    a folder of this machine's named after the warehouse URI (the service runs here either way)."""
+    if "://" not in warehouse:
+        return Path(warehouse) / SERVICE_DIR
+    import hashlib
+
+    from airflow_trickle.spark.jars import cache_root
+
+    return cache_root() / "services" / hashlib.sha1(warehouse.rstrip("/").encode()).hexdigest()[:16]
 
 
 def read_service(warehouse: str) -> ServiceInfo | None:
@@ -103,7 +111,7 @@ def server_command(config: TrickleConfig, warehouse: str, *, port: int, master: 
     """The ``spark-submit`` command line of a Connect server for ``warehouse``."""
     from airflow_trickle.spark.session import session_conf
 
-    conf = session_conf(config, warehouse)
+    conf = session_conf(config, warehouse, secrets=False)  # credentials: in the environment
     conf.update({"spark.connect.grpc.binding.port": str(port), "spark.ui.enabled": "false",
                  "spark.log.level": "WARN"})
     command = [_spark_submit(), "--master", master, "--name", "airflow_trickle service",
@@ -139,8 +147,11 @@ def serve(warehouse: str, *, config: TrickleConfig | None = None, port: int = DE
         lock.close()
         raise TrickleError(f"port {port} is already in use", hint="pick another with --port (0: any free port)")
     log = open(folder / "server.log", "ab")
+    from airflow_trickle.location import secret_environment
+
     server = subprocess.Popen(server_command(config, warehouse, port=port, master=master), stdout=log,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                              env={**os.environ, **secret_environment(config.storage_options)})
     stopping = []
 
     def stop(signum, frame):  # noqa: ARG001 - signal handler signature
@@ -235,13 +246,17 @@ def start_detached(warehouse: str, *, port: int = DEFAULT_PORT, master: str | No
     command = [sys.executable, "-m", "airflow_trickle.spark.service", "--warehouse", warehouse, "--port", str(port)]
     if master:
         command += ["--master", master]
+    settings = dict(settings or {})
+    environment = dict(os.environ)
+    if settings.get("storage_options"):  # never on a command line: they may hold credentials
+        environment["TRICKLE_STORAGE_OPTIONS"] = json.dumps(settings.pop("storage_options"))
     if settings:
         command += ["--settings", json.dumps(settings)]
     folder = service_dir(warehouse)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "serve.log", "ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+                                   start_new_session=True, env=environment)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = read_service(warehouse)

@@ -9,62 +9,40 @@ whose directory another application removed.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.names import quote_string
+from airflow_trickle.spark.jars import delta_jars_conf, remember_resolved_jars, s3a_jars
+
+if TYPE_CHECKING:
+    from airflow_trickle.location import Location
 
 CATALOG_DIR = "_trickle"
 
 
-def delta_package() -> str:
-    """Maven coordinates of the Delta jar matching the installed pyspark and delta-spark."""
-    spark_minor = ".".join(importlib.metadata.version("pyspark").split(".")[:2])
-    delta_version = importlib.metadata.version("delta-spark")
-    return f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
+def session_conf(config: TrickleConfig, warehouse: str, *, secrets: bool = True, jars: bool = True) -> dict[str, str]:
+    """The Spark configuration of an embedded session, also used for spark-submit jobs and the
+    Spark service.  An S3 warehouse adds the S3A jars and the ``fs.s3a.*`` settings of its
+    storage options; ``secrets=False`` leaves the credentials out (a process started with a
+    command line gets them from its environment instead: :func:`secret_environment`)."""
+    from airflow_trickle.location import Location, public_options, spark_settings
 
-
-def _jar_cache_file() -> Path:
-    root = os.environ.get("TRICKLE_JAR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "airflow_trickle")
-    return Path(root) / (delta_package().replace(":", "_") + ".jars")
-
-
-def delta_jars_conf() -> dict[str, str]:
-    """``spark.jars`` with the Delta jars resolved earlier, else ``spark.jars.packages`` to resolve them.
-
-    Resolution through Maven Central happens once; its result is remembered, so later sessions
-    start without Ivy (faster, quiet, and offline).
-    """
-    cache = _jar_cache_file()
-    if cache.is_file():
-        jars = [line.strip() for line in cache.read_text().splitlines() if line.strip()]
-        if jars and all(os.path.isfile(j) for j in jars):
-            return {"spark.jars": ",".join(jars)}
-    return {"spark.jars.packages": delta_package()}
-
-
-def _remember_resolved_jars(spark) -> None:
-    conf = spark.sparkContext.getConf()
-    if not conf.get("spark.jars.packages", None):
-        return
-    jars = [j.removeprefix("file://").removeprefix("file:") for j in (conf.get("spark.jars", "") or "").split(",") if j]
-    if jars and all(os.path.isfile(j) for j in jars):
-        cache = _jar_cache_file()
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text("\n".join(jars) + "\n")
-
-
-def session_conf(config: TrickleConfig, warehouse: str) -> dict[str, str]:
-    """The Spark configuration of an embedded session, also used for spark-submit jobs."""
+    location = Location(warehouse, config.storage_options if secrets else public_options(config.storage_options))
+    artifacts = delta_jars_conf() if jars else {}
+    if jars and location.is_s3:
+        extra = ",".join(s3a_jars())
+        artifacts["spark.jars"] = f"{artifacts['spark.jars']},{extra}" if "spark.jars" in artifacts else extra
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "in-memory",
         "spark.sql.warehouse.dir": warehouse,
-        **delta_jars_conf(),
+        **artifacts,
+        **spark_settings(location),
         "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
         # Delta rebuilds table state with this many partitions; its default of 50 dominates
         # small reads on one machine.
@@ -93,7 +71,7 @@ def build_session(config: TrickleConfig, warehouse: str):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     _quiet_query_errors(spark)
-    _remember_resolved_jars(spark)
+    remember_resolved_jars(spark)
     return spark
 
 
@@ -123,26 +101,29 @@ def uses_in_memory_catalog(spark) -> bool:
     return spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory"
 
 
-def sync_warehouse_tables(spark, warehouse: str) -> None:
-    """Make every Delta table stored under a local ``warehouse`` visible by name in ``spark``.
+def sync_warehouse_tables(spark, warehouse: "Location | str") -> None:
+    """Make every Delta table stored under ``warehouse`` visible by name in ``spark``.
 
     Only for sessions on the in-memory catalog (the embedded default and the Spark service); a
     real metastore already shares names between applications.  Public catalog APIs and SQL
-    only, so it works the same over Spark Connect: the directory scan runs here, the
-    registrations on the server, whose in-memory catalog every Connect session shares.
-    Tables registered here are *external* (``CREATE TABLE ... LOCATION``): dropping a stream
-    table removes its files explicitly (:func:`airflow_trickle.storage.tables.drop_storage_table`).
+    only, so it works the same over Spark Connect: the listing (of the directory, or of the
+    object-store prefix) runs here, the registrations on the server, whose in-memory catalog
+    every Connect session shares.  Tables registered here are *external* (``CREATE TABLE ...
+    LOCATION``): dropping a stream table removes its files explicitly
+    (:func:`airflow_trickle.storage.tables.drop_storage_table`).
     """
-    root = local_path(warehouse)
-    if not root or not os.path.isdir(root) or not uses_in_memory_catalog(spark):
+    from airflow_trickle.location import Location, warehouse_tables
+
+    location = Location.of(warehouse)
+    if not uses_in_memory_catalog(spark):
         return
-    on_disk = _tables_on_disk(root)
-    # Only what changed on disk since the last sync costs catalog calls: with many tables a
+    on_disk = warehouse_tables(location)
+    # Only what changed in storage since the last sync costs catalog calls: with many tables a
     # full pass (a SHOW TABLES per database, an exists check per table) took a second.  What
     # appeared is checked name by name: an exists check costs a few milliseconds, while listing
     # a database's tables runs Spark jobs and grows with the database (measured, 200 tables: a
     # sync after one create 0.54-0.63 s by listing, 5-6 ms by name).
-    seen = _seen_on_disk.setdefault((id(spark), root), set())
+    seen = _seen_on_disk.setdefault((id(spark), location.uri), set())
     appeared = [key for key in sorted(on_disk) if key not in seen]
     databases: dict[str, bool] = {}  # database -> whether it existed before this sync
     for key in appeared:
@@ -168,25 +149,8 @@ def sync_warehouse_tables(spark, warehouse: str) -> None:
                 seen.add(key)
 
 
-#: Per (session, warehouse): the tables a sync saw on disk (and made visible by name).
+#: Per (session, warehouse): the tables a sync saw in storage (and made visible by name).
 _seen_on_disk: dict[tuple[int, str], set[str]] = {}
-
-
-def _tables_on_disk(root: str) -> dict[str, str]:
-    """``{"db.table": path}`` for every Delta table under ``root`` (``"db."`` for each database)."""
-    on_disk: dict[str, str] = {}
-    for entry in os.scandir(root):
-        if not entry.is_dir() or entry.name.startswith(("_", ".")):
-            continue
-        if entry.name.endswith(".db"):
-            database = entry.name[:-3]
-            for table in os.scandir(entry.path):
-                if table.is_dir() and os.path.isdir(os.path.join(table.path, "_delta_log")):
-                    on_disk[f"{database}.{table.name}".lower()] = table.path
-            on_disk.setdefault(f"{database}.", "")
-        elif os.path.isdir(os.path.join(entry.path, "_delta_log")):
-            on_disk[f"default.{entry.name}".lower()] = entry.path
-    return on_disk
 
 
 def _quoted(identifier: str) -> str:
@@ -197,7 +161,9 @@ def runtime_conf(config: TrickleConfig) -> dict[str, str]:
     """The part of :func:`session_conf` a session may set itself (everything but the static keys)."""
     from airflow_trickle.spark.address import STATIC_KEYS
 
-    return {k: v for k, v in session_conf(config, config.warehouse or "").items() if k not in STATIC_KEYS}
+    conf = session_conf(config, config.warehouse or "", secrets=False, jars=False)
+    # the server's storage settings (and credentials) are its own, given when it started
+    return {k: v for k, v in conf.items() if k not in STATIC_KEYS and not k.startswith("spark.hadoop.")}
 
 
 def connect_session(address: str, config: TrickleConfig, *, warehouse: str | None = None):

@@ -66,13 +66,17 @@ def record_definition(env, name: str) -> None:
         return
     props = definition_properties(st, env.catalog.dependencies(name))
     try:
-        stored = table_configuration(st.location).get(DEFINITION_KEY)
+        stored = table_configuration(env.catalog.at(st.location)).get(DEFINITION_KEY)
     except Exception:  # noqa: BLE001 - unreadable here: write it through Spark anyway
         stored = None
     if stored is not None and _same_definition(stored, props[DEFINITION_KEY]):
         return
     assignments = ", ".join(f"{quote_string(k)} = {quote_string(v)}" for k, v in props.items())
-    env.spark.sql(f"ALTER TABLE {quote_name(name)} SET TBLPROPERTIES ({assignments})")
+    from airflow_trickle.storage.lease import fence, lease_of
+
+    with lease_of(env, [name]):
+        fence(env.catalog.location, name, env.config.lease_seconds)
+        env.spark.sql(f"ALTER TABLE {quote_name(name)} SET TBLPROPERTIES ({assignments})")
 
 
 def _same_definition(stored: str, wanted: str) -> bool:

@@ -8,28 +8,32 @@ from __future__ import annotations
 import json
 
 from airflow_trickle.names import COMMIT_KEY, normalize_location  # noqa: F401 - what the logs are read by
+from airflow_trickle.location import Location
 
 
-def open_table(location: str, storage_options: dict | None = None):
-    """The delta-rs handle of the Delta table at ``location`` (newest version)."""
+def open_table(location: Location):
+    """The delta-rs handle of the Delta table at ``location`` (newest version), opened with its
+    storage options (a plain string is refused: it would reach an object store without them)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(normalize_location(location), storage_options=storage_options)
+    if not isinstance(location, Location):
+        raise TypeError(f"open_table takes a Location, not {type(location).__name__} ({location!r})")
+    return DeltaTable(location.uri, storage_options=location.delta_options)
 
 
-def latest_version(location: str, storage_options: dict | None = None) -> int:
+def latest_version(location: Location) -> int:
     """The newest committed version of the Delta table at ``location``."""
-    return int(open_table(location, storage_options).version())
+    return int(open_table(location).version())
 
 
-def recorded_refreshes(location: str, limit: int = 50, storage_options: dict | None = None) -> list[dict]:
+def recorded_refreshes(location: Location, limit: int = 50) -> list[dict]:
     """The refresh records carried by the newest commits of a storage table, newest first.
 
     Each is the JSON a refresh put in its data commit (``seq``, ``frontier``, ...) plus the
     commit's ``version``.
     """
     records = []
-    for commit in open_table(location, storage_options).history(limit):
+    for commit in open_table(location).history(limit):
         raw = commit.get("userMetadata")
         if not raw:
             continue
@@ -54,13 +58,13 @@ def _spark_metric_names(metrics: dict) -> dict:
     return {**metrics, **{spark: metrics[rs] for rs, spark in _DELTA_RS_METRICS.items() if rs in metrics}}
 
 
-def newest_refresh(location: str, storage_options: dict | None = None) -> dict | None:
+def newest_refresh(location: Location) -> dict | None:
     """The record of the storage table's newest refresh commit (by commit version), or None.
 
     The newest commit decides: after a group rollback, a RESTORE commit (carrying the restored
     frontier under a higher number) supersedes the refresh it undid.
     """
-    records = [r for r in recorded_refreshes(location, storage_options=storage_options)
+    records = [r for r in recorded_refreshes(location)
                if isinstance(r.get("seq"), int)]
     return max(records, key=lambda r: r["version"], default=None)
 
@@ -73,10 +77,9 @@ def commit_time(commit: dict | None):
     return datetime.fromtimestamp(int(written) / 1000, tz=timezone.utc) if written is not None else None
 
 
-def commit_operations(location: str, start_version: int, end_version: int,
-                      storage_options: dict | None = None) -> list[dict]:
+def commit_operations(location: Location, start_version: int, end_version: int) -> list[dict]:
     """Commit infos of versions in ``[start_version, end_version]``, oldest first."""
-    table = open_table(location, storage_options)
+    table = open_table(location)
     newest = table.version()
     infos = table.history(max(0, newest - start_version + 1))
     return sorted((c for c in infos if start_version <= int(c["version"]) <= end_version), key=lambda c: c["version"])
@@ -90,10 +93,10 @@ _CHANGE_METRICS = {
 _MERGE_OUTPUT_DOUBLES = ("numTargetRowsInserted", "numTargetRowsUpdated")
 
 
-def changed_rows(location: str, after_version: int, up_to_version: int, storage_options: dict | None = None) -> int:
+def changed_rows(location: Location, after_version: int, up_to_version: int) -> int:
     """Rows changed by the commits in ``(after_version, up_to_version]``, from their metrics."""
     total = 0
-    for commit in commit_operations(location, after_version + 1, up_to_version, storage_options):
+    for commit in commit_operations(location, after_version + 1, up_to_version):
         metrics = commit.get("operationMetrics") or {}
         merge = any(key in metrics for key in _MERGE_OUTPUT_DOUBLES)
         for key, weight in _CHANGE_METRICS.items():
@@ -107,15 +110,14 @@ def changed_rows(location: str, after_version: int, up_to_version: int, storage_
 _NO_DATA_OPERATIONS = {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "FSCK"}
 
 
-def only_empty_commits(location: str, after_version: int, up_to_version: int,
-                       storage_options: dict | None = None) -> bool:
+def only_empty_commits(location: Location, after_version: int, up_to_version: int) -> bool:
     """True when no commit in ``(after_version, up_to_version]`` changed a row.
 
     A refresh that found nothing still commits its (empty) MERGE; a reader of that stream table
     can then skip the window without reading its change feed.  Anything unrecognised counts as
     a change.
     """
-    commits = commit_operations(location, after_version + 1, up_to_version, storage_options)
+    commits = commit_operations(location, after_version + 1, up_to_version)
     if len(commits) != up_to_version - after_version:
         return False
     for commit in commits:
@@ -135,15 +137,14 @@ def _parameter(commit: dict, key: str) -> str:
     return str(value).strip('"') if value is not None else ""
 
 
-def insert_only_commits(location: str, after_version: int, up_to_version: int,
-                        storage_options: dict | None = None) -> bool:
+def insert_only_commits(location: Location, after_version: int, up_to_version: int) -> bool:
     """True when every commit in ``(after_version, up_to_version]`` only added rows.
 
     Appends (``INSERT INTO``, ``mode("append")``, streaming appends) qualify, and so do MERGEs
     that only inserted (a stream table's refresh that found only new rows).  Anything else, or
     a gap in the history, does not.
     """
-    commits = commit_operations(location, after_version + 1, up_to_version, storage_options)
+    commits = commit_operations(location, after_version + 1, up_to_version)
     if len(commits) != up_to_version - after_version:
         return False
     for commit in commits:
@@ -162,42 +163,42 @@ def insert_only_commits(location: str, after_version: int, up_to_version: int,
     return True
 
 
-def has_no_data_files(location: str, storage_options: dict | None = None) -> bool:
+def has_no_data_files(location: Location) -> bool:
     """Whether the newest version has no data file at all: certainly empty (file statistics
     may be missing, so a zero :func:`row_count` is no proof)."""
-    return open_table(location, storage_options).get_add_actions(flatten=True).num_rows == 0
+    return open_table(location).get_add_actions(flatten=True).num_rows == 0
 
 
-def row_count(location: str, storage_options: dict | None = None) -> int:
+def row_count(location: Location) -> int:
     """Rows in the newest version, from the file statistics in the log (deleted-row vectors not
     subtracted: an estimate for ratios, not a count)."""
-    actions = open_table(location, storage_options).get_add_actions(flatten=True)
+    actions = open_table(location).get_add_actions(flatten=True)
     return sum(n for n in actions.column("num_records").to_pylist() if n)
 
 
-def table_configuration(location: str, storage_options: dict | None = None) -> dict[str, str]:
+def table_configuration(location: Location) -> dict[str, str]:
     """The table properties (``delta.*``, ``trickle.*``, ...) of the Delta table at ``location``."""
-    return dict(open_table(location, storage_options).metadata().configuration or {})
+    return dict(open_table(location).metadata().configuration or {})
 
 
-def column_names(location: str, storage_options: dict | None = None) -> list[str]:
+def column_names(location: Location) -> list[str]:
     """The column names of the Delta table at ``location``, in order."""
-    return [f.name for f in open_table(location, storage_options).schema().fields]
+    return [f.name for f in open_table(location).schema().fields]
 
 
-def column_types(location: str, storage_options: dict | None = None) -> list[tuple[str, str]]:
+def column_types(location: Location) -> list[tuple[str, str]]:
     """The columns of the Delta table at ``location`` with their Delta types (``integer``,
     ``decimal(10,2)``...; a nested type as its JSON)."""
     return [(f.name, getattr(f.type, "type", None) or str(f.type))
-            for f in open_table(location, storage_options).schema().fields]
+            for f in open_table(location).schema().fields]
 
 
-def commit_history(location: str, limit: int | None = None, storage_options: dict | None = None) -> list[dict]:
+def commit_history(location: Location, limit: int | None = None) -> list[dict]:
     """The newest ``limit`` commit infos still in the log (all without one): ``version``,
     ``timestamp`` in ms, ``operation``..."""
-    return list(open_table(location, storage_options).history(limit))
+    return list(open_table(location).history(limit))
 
 
-def active_file_count(location: str, storage_options: dict | None = None) -> int:
+def active_file_count(location: Location) -> int:
     """Data files in the newest version (what a read of the table opens)."""
-    return open_table(location, storage_options).get_add_actions(flatten=True).num_rows
+    return open_table(location).get_add_actions(flatten=True).num_rows

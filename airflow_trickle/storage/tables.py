@@ -18,7 +18,6 @@ downstream stream tables read a stream table's changes like any source's.
 from __future__ import annotations
 
 import re
-import shutil
 
 from airflow_trickle.model import DUP, ROW_ID, StorageLayout
 from airflow_trickle.names import quote_name, quote_string
@@ -82,8 +81,10 @@ def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: S
             f"AS SELECT {visible}, {hidden} FROM ({rows_sql}) AS r")
 
 
-def drop_storage_table(spark, name: str) -> None:
-    """Drop the table and remove its files (the embedded catalog may register tables as external)."""
+def drop_storage_table(spark, name: str, catalog) -> None:
+    """Drop the table and remove its files (the embedded catalog registers tables as external):
+    through the directory or the object store, with the warehouse's storage options (the
+    ``catalog``'s), from this process -- over Spark Connect as well, with no JVM here."""
     location = None
     try:
         row = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").select("location").first()
@@ -92,19 +93,4 @@ def drop_storage_table(spark, name: str) -> None:
         pass
     spark.sql(f"DROP TABLE IF EXISTS {quote_name(name)}")
     if location:
-        _remove_location(spark, location)
-
-
-def _remove_location(spark, location: str) -> None:
-    """Remove a dropped table's files: a local warehouse from here (this process shares the
-    filesystem with the embedded session or the local Spark service); a remote one through
-    Hadoop where a classic session offers it.  Over Spark Connect to a remote store the
-    metastore's managed ``DROP TABLE`` already removed them."""
-    from airflow_trickle.spark.engine import SparkEngine
-    from airflow_trickle.spark.session import local_path
-
-    local = local_path(location)
-    if local:
-        shutil.rmtree(local, ignore_errors=True)
-        return
-    SparkEngine(spark).remove_path(location)
+        catalog.at(location).remove_tree()

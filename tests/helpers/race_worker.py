@@ -1,0 +1,39 @@
+"""A refreshing process with a Spark of its own, driven line by line (the race tests' writers).
+
+    python -m tests.helpers.race_worker WAREHOUSE [LOCAL_COMMIT_MAX_ROWS]
+
+Reads ``refresh NAME,NAME,...`` lines from stdin and answers each with one JSON line: the
+action each refresh took, or its error.  Storage options and the lease's length come from the
+environment (``TRICKLE_STORAGE_OPTIONS``, ``TRICKLE_LEASE_SECONDS``), as a deployment's would.
+Prints ``READY`` once its Spark is up.
+"""
+import json
+import sys
+
+from airflow_trickle import Trickle
+
+
+def main(warehouse: str, local_commit_max_rows: int) -> None:
+    tr = Trickle(warehouse=warehouse, spark_master="local[1]", shuffle_partitions=1,
+                 local_commit_max_rows=local_commit_max_rows, differential_max_change_ratio=1e9,
+                 differential_max_touched_ratio=1e9, differential_max_time_ratio=1e9,
+                 spark_conf={"spark.ui.enabled": "false", "spark.sql.adaptive.enabled": "false"})
+    tr.sync()
+    print("READY", flush=True)
+    for line in sys.stdin:
+        verb, _, names = line.strip().partition(" ")
+        if verb == "quit":
+            break
+        outcome = {}
+        tr.sync()
+        for name in [n for n in names.split(",") if n]:
+            try:
+                outcome[name] = tr.refresh_stream_table(name).action
+            except Exception as err:  # noqa: BLE001 - reported to the test
+                outcome[name] = f"ERROR {type(err).__name__}: {str(err)[:300]}"
+        print(json.dumps(outcome), flush=True)
+    tr.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 100_000)

@@ -1,0 +1,283 @@
+"""A warehouse on object storage: every verb against a real S3-compatible server, one writer per table.
+
+The module starts s3proxy on 127.0.0.1 (``tests/helpers/s3proxy.py``) and an embedded Spark
+whose warehouse is ``s3://trickle/warehouse`` (S3A on the Spark side, delta-rs and obstore on
+ours, both given the same storage options).  The writer lease (``storage/lease.py``) is tested
+alone, then through the engine: two processes with Sparks of their own race to refresh the
+same tables while the sources change (``TRICKLE_S3_RACE_ROUNDS``, 3 here), and refreshes
+killed at random moments are retried exactly.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from airflow_trickle import Trickle
+from airflow_trickle.location import Location, warehouse_tables
+from airflow_trickle.storage.lease import LeaseLostError, WriterLease
+from tests.conftest import TEST_SETTINGS
+from tests.helpers.s3proxy import SECRET_KEY, S3Server
+from tests.oracle import drive, multiset, workload
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Short leases: a killed writer's tables are free again within seconds.
+LEASE_SECONDS = 6.0
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    with S3Server(tmp_path_factory.mktemp("s3proxy")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def s3tr(s3):
+    tr = Trickle(warehouse=s3.warehouse, spark_master="local[2]", storage_options=s3.storage_options,
+                 lease_seconds=LEASE_SECONDS, **TEST_SETTINGS)
+    tr.spark  # noqa: B018 - start the JVM once
+    yield tr
+    tr.close()
+
+
+@pytest.fixture
+def s3db(s3tr) -> str:
+    name = f"s3_{uuid.uuid4().hex[:8]}"
+    s3tr.sql(f"CREATE DATABASE {name}")
+    return name
+
+
+def _environment(s3, *, lease_seconds: float = LEASE_SECONDS) -> dict:
+    return {**os.environ, "PYTHONPATH": REPO, "TRICKLE_STORAGE_OPTIONS": json.dumps(s3.storage_options),
+            "TRICKLE_LEASE_SECONDS": str(lease_seconds)}
+
+
+# -- the lease alone -------------------------------------------------------------------------------
+
+
+def test_a_lease_is_exclusive_renewed_released_taken_over_when_lapsed_and_fences_its_old_holder(s3):
+    catalog = Location(s3.warehouse, s3.storage_options).child("_lease_test")
+    first = WriterLease(catalog, ["db.t"], 2.0).acquire()
+    second = WriterLease(catalog, ["db.t"], 2.0)
+    waiting = threading.Thread(target=second.acquire)
+    waiting.start()
+    time.sleep(1.5)
+    assert waiting.is_alive()  # held: the second writer waits
+    first.fence("db.t")        # renewed under its own ETag
+    first.release()
+    waiting.join(10)
+    assert not waiting.is_alive() and second.waited < 3.0  # released: taken at once
+    second._stop.set()  # the holder stops renewing, as a killed one would
+    third = WriterLease(catalog, ["db.t"], 2.0).acquire()
+    assert third.waited >= 2.0  # it waited out the lapsed lease
+    with pytest.raises(LeaseLostError, match="taken by another writer"):
+        second.fence("db.t")    # the old holder must not commit
+    third.release()
+
+
+# -- every verb on the S3 warehouse ----------------------------------------------------------------
+
+
+def test_lifecycle_on_object_storage_writes_the_bucket_and_never_the_secret(s3tr, s3, s3db):
+    db = s3db
+    s3tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")
+    s3tr.sql(f"CREATE TABLE {db}.c (id INT, region STRING) USING delta")
+    s3tr.sql(f"INSERT INTO {db}.o VALUES (1, 1, 10), (2, 1, NULL), (3, 2, 5), (3, 2, 5)")
+    s3tr.sql(f"INSERT INTO {db}.c VALUES (1, 'n'), (2, NULL)")
+    query = (f"SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS s FROM {db}.o o JOIN {db}.c c "
+             f"ON o.cid = c.id GROUP BY c.region")
+    name = f"{db}.totals"
+    st = s3tr.create_stream_table(name, query, schedule=None)
+    assert st.location.startswith("s3://trickle/warehouse/")
+    assert multiset(s3tr.read(name)) == multiset(s3tr.sql(query))
+    s3tr.sql(f"INSERT INTO {db}.o VALUES (4, 2, 7), (5, NULL, 1)")
+    s3tr.sql(f"DELETE FROM {db}.o WHERE id = 1")
+    s3tr.sql(f"UPDATE {db}.c SET region = 's' WHERE id = 2")
+    assert s3tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+    assert multiset(s3tr.read(name)) == multiset(s3tr.sql(query))
+    altered = query.replace("COUNT(*) AS n", "COUNT(o.amount) AS n")
+    s3tr.alter_stream_table(name, query=altered)
+    assert multiset(s3tr.read(name)) == multiset(s3tr.sql(altered))
+    prefix = f"warehouse/{db}.db/totals/"
+    assert any(key.startswith(prefix + "_delta_log/") for key in s3.objects(prefix))
+    # the lease object of the table is in the bucket, released
+    lease = json.loads((s3.directory / "objects" / "trickle" / "warehouse" / "_trickle" / "_leases"
+                        / f"{name}.json").read_text())
+    assert lease["released"] is True
+    # no credential in the catalog, the history or the storage table's properties
+    for key in s3.objects("warehouse/"):
+        data = (s3.directory / "objects" / "trickle" / key).read_bytes()
+        assert SECRET_KEY.encode() not in data, key
+    assert SECRET_KEY not in repr(s3tr.config) and SECRET_KEY not in repr(s3tr.location)
+    assert f"{db}.totals" in warehouse_tables(s3tr.location)
+    s3tr.drop_stream_table(name)
+    assert s3.objects(prefix) == []
+    assert s3tr.catalog.get(name) is None
+
+
+def test_a_differential_oracle_workload_on_object_storage(s3tr, s3db):
+    """A join + aggregate, a bag, an outer join and a top-K, three random batches (tests/oracle.py)."""
+    tables = ["o", "c"]
+    load = workload(s3tr, s3db, tables, {
+        "agg_join": "SELECT c.region, SUM(o.amount) AS s, COUNT(*) AS n FROM {db}.o o JOIN {db}.c c "
+                    "ON o.cid = c.id GROUP BY c.region",
+        "bag": "SELECT o.id, o.amount, c.region FROM {db}.o o JOIN {db}.c c ON o.cid = c.id",
+        "left": "SELECT o.id, c.region FROM {db}.o o LEFT JOIN {db}.c c ON o.cid = c.id",
+        "top": "SELECT id, amount FROM {db}.o ORDER BY amount DESC NULLS LAST, id LIMIT 3",
+    })
+    drive(load, tables)
+
+
+def test_a_cascade_refreshed_as_an_atomic_group_on_object_storage(s3tr, s3db):
+    db = s3db
+    s3tr.sql(f"CREATE TABLE {db}.src (id INT, grp INT, amount INT) USING delta")
+    s3tr.sql(f"INSERT INTO {db}.src VALUES (1, 1, 10), (2, 2, 20), (3, NULL, 5), (3, NULL, 5)")
+    queries = {f"{db}.big": f"SELECT id, grp, amount FROM {db}.src WHERE amount >= 5",
+               f"{db}.per_grp": f"SELECT grp, COUNT(*) AS n, SUM(amount) AS s FROM {db}.big GROUP BY grp"}
+    for name, query in queries.items():
+        s3tr.create_stream_table(name, query, schedule=None)
+    rng = random.Random(7)
+    for _ in range(2):
+        s3tr.sql(f"INSERT INTO {db}.src VALUES ({rng.randint(4, 9)}, {rng.randint(1, 3)}, {rng.randint(0, 30)}), "
+                 f"({rng.randint(4, 9)}, NULL, NULL)")
+        s3tr.sql(f"UPDATE {db}.src SET amount = {rng.randint(0, 30)} WHERE id = {rng.randint(1, 9)}")
+        result = s3tr.refresh_group(list(queries))
+        assert {r.status for r in result.results} == {"COMPLETED"}
+        for name, query in queries.items():
+            assert multiset(s3tr.read(name)) == multiset(s3tr.sql(query)), name
+
+
+def test_repair_rebuilds_a_lost_catalog_from_object_storage_and_maintain_lists_the_bucket(s3tr, s3, s3db):
+    db = s3db
+    s3tr.sql(f"CREATE TABLE {db}.src (id INT, v INT) USING delta")
+    s3tr.sql(f"INSERT INTO {db}.src VALUES (1, 10), (2, 20)")
+    name = f"{db}.kept"
+    s3tr.create_stream_table(name, f"SELECT id, v * 2 AS w FROM {db}.src", schedule=None)
+    s3tr.sql(f"INSERT INTO {db}.src VALUES (3, 30)")
+    s3tr.refresh_stream_table(name)
+    frontier = s3tr.get(name).frontier
+    for table in ("stream_tables", "dependencies"):  # the catalog's index is lost
+        s3tr.catalog.location.child(table).remove_tree()
+    s3tr.catalog._ensured = False
+    s3tr.catalog._handles.clear()
+    assert s3tr.catalog.get(name) is None
+    done = s3tr.repair()
+    assert any(a["stream_table"] == name and "rebuilt" in a["action"] for a in done), done
+    assert s3tr.get(name).frontier == frontier
+    assert [f for f in s3tr.check() if f.stream_table == name and f.severity == "ERROR"] == []
+    s3tr.sql(f"INSERT INTO {db}.src VALUES (4, 40)")
+    assert s3tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+    assert multiset(s3tr.read(name)) == multiset(s3tr.sql(f"SELECT id, v * 2 AS w FROM {db}.src"))
+    maintained = {m.table: m for m in s3tr.maintain([name], retention_hours=0)}
+    assert maintained[name].files_on_disk_before is not None  # listed in the bucket
+    assert maintained[name].active_files_after == 1
+    health = {r.stream_table: r for source in s3tr.health(record_alerts=False) for r in source.readers}
+    assert health[name].status != "BROKEN", health[name]
+
+
+# -- two writers, and writers killed ---------------------------------------------------------------
+
+
+def _race_tables(db: str) -> dict[str, str]:
+    return {
+        f"{db}.totals": f"SELECT grp, COUNT(*) AS n, SUM(amount) AS s FROM {db}.src GROUP BY grp",
+        f"{db}.big": f"SELECT id, grp, amount FROM {db}.src WHERE amount >= 10",
+        f"{db}.named": f"SELECT s.id, s.amount, g.label FROM {db}.src s JOIN {db}.grps g ON s.grp = g.grp",
+        f"{db}.labelled": f"SELECT g.label, COUNT(s.id) AS n FROM {db}.grps g LEFT JOIN {db}.src s "
+                          f"ON s.grp = g.grp GROUP BY g.label",
+        f"{db}.top": f"SELECT id, amount FROM {db}.src ORDER BY amount DESC NULLS LAST, id LIMIT 3",
+        f"{db}.peak": f"SELECT grp, MAX(amount) AS m FROM {db}.src GROUP BY grp",
+    }
+
+
+def race(tr, s3, db: str, rounds: int, *, lease: bool = True) -> list[str]:
+    """Two processes, each with its own Spark, refresh the same tables at the same moment (in
+    opposite orders; one commits through Spark only, the other through delta-rs when the change
+    is small) while this process changes the sources.  After each round every table must equal
+    its query at the frontier its catalog row records.  What differs, per round and table."""
+    tr.sql(f"CREATE TABLE {db}.src (id INT, grp INT, amount INT) USING delta")
+    tr.sql(f"CREATE TABLE {db}.grps (grp INT, label STRING) USING delta")
+    tr.sql(f"INSERT INTO {db}.src VALUES (1, 1, 10), (2, 2, 20), (3, NULL, 5), (3, NULL, 5)")
+    tr.sql(f"INSERT INTO {db}.grps VALUES (1, 'one'), (2, 'two'), (3, NULL)")
+    queries = _race_tables(db)
+    for name, query in queries.items():
+        tr.create_stream_table(name, query, schedule=None)
+    env = _environment(s3, lease_seconds=LEASE_SECONDS if lease else 0)
+    workers = [subprocess.Popen([sys.executable, "-m", "tests.helpers.race_worker", s3.warehouse, str(rows)],
+                                cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True) for rows in (0, 100_000)]
+    problems: list[str] = []
+    rng = random.Random(11)
+    try:
+        for worker in workers:
+            assert worker.stdout.readline().strip() == "READY"
+        for round_no in range(rounds):
+            base = 100 * (round_no + 1)
+            tr.sql(f"INSERT INTO {db}.src VALUES ({base}, {rng.randint(1, 3)}, {rng.randint(0, 30)}), "
+                   f"({base + 1}, NULL, 12), ({base + 1}, NULL, 12)")
+            names = list(queries)
+            workers[0].stdin.write("refresh " + ",".join(names) + "\n")
+            workers[1].stdin.write("refresh " + ",".join(reversed(names)) + "\n")
+            for worker in workers:
+                worker.stdin.flush()
+            # the sources change while the refreshes run: what lands meanwhile is the next round's
+            tr.sql(f"INSERT INTO {db}.src VALUES ({base + 2}, {rng.randint(1, 3)}, {rng.randint(0, 30)})")
+            tr.sql(f"UPDATE {db}.src SET amount = {rng.randint(0, 30)} WHERE id = {rng.choice([1, 2, base])}")
+            tr.sql(f"DELETE FROM {db}.src WHERE id = {base - 100 + 2}")
+            outcomes = [json.loads(worker.stdout.readline()) for worker in workers]
+            errors = [f"{n}: {a}" for o in outcomes for n, a in o.items() if a.startswith("ERROR")]
+            problems += [f"round {round_no}: {e}" for e in errors]
+            for name, query in queries.items():
+                st = tr.get(name)
+                pinned = query
+                for source, version in st.frontier.items():
+                    pinned = pinned.replace(f"FROM {source} ", f"FROM {source} VERSION AS OF {version} ")
+                    pinned = pinned.replace(f"JOIN {source} ", f"JOIN {source} VERSION AS OF {version} ")
+                if multiset(tr.read(name)) != multiset(tr.sql(pinned)):
+                    problems.append(f"round {round_no}: {name} differs from its query at its frontier "
+                                    f"{st.frontier} (outcomes {outcomes})")
+        for name, query in queries.items():  # and the next refresh, with the sources quiet, ends exact
+            tr.refresh_stream_table(name)
+            if multiset(tr.read(name)) != multiset(tr.sql(query)):
+                problems.append(f"after the race: {name} differs from its query")
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.stdin.write("quit\n")
+                worker.stdin.close()
+        for worker in workers:
+            try:
+                worker.wait(60)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+    return problems
+
+
+def test_two_writers_racing_on_object_storage_lose_nothing(s3tr, s3, s3db):
+    """``TRICKLE_S3_RACE_ROUNDS=10`` runs ten rounds (3 here); ``scripts/race_s3.py --no-lease``
+    runs the same race with the lease off, which is how it loses changes."""
+    problems = race(s3tr, s3, s3db, int(os.environ.get("TRICKLE_S3_RACE_ROUNDS", "3")))
+    assert problems == []
+
+
+def test_kill_trials_on_object_storage_are_exact_on_retry(s3tr, s3, s3db, monkeypatch):
+    """Two of ``tests/kill_trials.py``'s trials on the S3 warehouse, in children with Sparks of
+    their own (``scripts/kill_trials.py --s3`` runs many): a killed writer's lease lapses and
+    the retry takes it over."""
+    from tests import kill_trials
+
+    for key, value in _environment(s3).items():
+        if key.startswith("TRICKLE_"):
+            monkeypatch.setenv(key, value)
+    scenario = kill_trials.setup(s3tr, s3.warehouse, "-", s3db, tables=("lines", "totals"))
+    rng = random.Random(5)
+    trials = [kill_trials.trial(s3tr, scenario, operation, rng.uniform(2.0, 8.0), rng, session="classic")
+              for operation in ("refresh", "group")]
+    assert [t.problems for t in trials] == [[], []]

@@ -8,8 +8,11 @@
     trickle --warehouse DIR maintain [NAME...] [--retention-hours H]
     trickle --warehouse DIR repair [--from-storage]
     trickle --warehouse DIR serve [--port 15002] [--detach | --stop | --status]
+    trickle repair --warehouse s3://bucket/wh --storage-option aws_region=eu-west-1
 
-``--warehouse`` defaults to ``$TRICKLE_WAREHOUSE``.  When a Spark service runs for the
+``--warehouse`` (a directory or URI; before the verb or after it) defaults to
+``$TRICKLE_WAREHOUSE``; ``--storage-option KEY=VALUE`` (repeatable) and
+``$TRICKLE_STORAGE_OPTIONS`` (JSON) say how to reach an object store.  When a Spark service runs for the
 warehouse (``trickle serve``), every verb works through it (a second, no JVM start);
 ``--remote sc://host:port`` (or ``$TRICKLE_REMOTE``) names a service explicitly, ``--embedded``
 starts a Spark of its own.  Output is a table for people, JSON with ``--json``.  Errors print
@@ -43,7 +46,11 @@ def _word(kind, what: str):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trickle", description="Stream tables for the lakehouse.")
     parser.add_argument("--warehouse", default=os.environ.get("TRICKLE_WAREHOUSE"),
-                        help="warehouse directory (default: $TRICKLE_WAREHOUSE)")
+                        help="warehouse directory or URI, e.g. s3://bucket/prefix (default: $TRICKLE_WAREHOUSE); "
+                             "also accepted after the verb")
+    parser.add_argument("--storage-option", action="append", default=[], dest="storage_option", metavar="KEY=VALUE",
+                        help="how to reach an object-store warehouse: aws_endpoint=..., aws_region=... (repeatable; "
+                             "also $TRICKLE_STORAGE_OPTIONS as JSON; credentials best from the AWS environment)")
     parser.add_argument("--master", default=None, help="Spark master (default: local[*])")
     parser.add_argument("--remote", default=os.environ.get("TRICKLE_REMOTE"),
                         help="Spark service address sc://host:port (default: $TRICKLE_REMOTE, else the service "
@@ -52,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of a table")
+    common.add_argument("--warehouse", default=argparse.SUPPRESS, help="warehouse directory or URI "
+                        "(default: $TRICKLE_WAREHOUSE)")
+    common.add_argument("--storage-option", action="append", metavar="KEY=VALUE", dest="verb_storage_option",
+                        default=argparse.SUPPRESS, help="how to reach an object-store warehouse (repeatable)")
     verbs = parser.add_subparsers(dest="verb", required=True)
     add_verb = verbs.add_parser
 
@@ -123,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.storage_option = list(args.storage_option or []) + list(getattr(args, "verb_storage_option", None) or [])
     if not args.warehouse:
         print("trickle: no warehouse: pass --warehouse DIR or set TRICKLE_WAREHOUSE", file=sys.stderr)
         return 2
@@ -151,12 +163,30 @@ def _serve(args) -> int:
             _emit(args, [asdict(running)] if running else [])
         return 0 if running else 1
     port = service.DEFAULT_PORT if args.port is None else args.port
+    options = _storage_options(args)
     if args.detach:
-        info = service.start_detached(args.warehouse, port=port, master=args.master)
+        info = service.start_detached(args.warehouse, port=port, master=args.master,
+                                      settings={"storage_options": options} if options else None)
         _emit(args, [asdict(info)])
         return 0
-    return service.serve(args.warehouse, port=port, master=args.master,
+    from airflow_trickle.config import TrickleConfig
+
+    config = TrickleConfig.from_env(warehouse=args.warehouse, **({"storage_options": options} if options else {}))
+    return service.serve(args.warehouse, config=config, port=port, master=args.master,
                          ready=lambda info: print(info.address, flush=True))
+
+
+def _storage_options(args) -> dict[str, str]:
+    """``--storage-option KEY=VALUE`` (over ``$TRICKLE_STORAGE_OPTIONS``)."""
+    import json as _json
+
+    options = _json.loads(os.environ.get("TRICKLE_STORAGE_OPTIONS") or "{}")
+    for item in args.storage_option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise TrickleError(f"--storage-option wants KEY=VALUE, not {item!r}")
+        options[key.strip()] = value
+    return options
 
 
 def _remote(args) -> str | None:
@@ -177,6 +207,9 @@ def _run(args) -> int:
     if args.verb == "serve":
         return _serve(args)
     settings = {"spark_master": args.master} if args.master else {}
+    options = _storage_options(args)
+    if options:
+        settings["storage_options"] = options
     tr = Trickle(warehouse=args.warehouse, remote=_remote(args), **settings)
     try:
         return _verb(tr, args)

@@ -26,6 +26,10 @@ class TrickleConfig:
     #: environment as JSON in ``TRICKLE_STORAGE_OPTIONS``.  Credentials left out come from the
     #: standard AWS environment variables; given here, they are never logged or recorded.
     storage_options: dict[str, str] = field(default_factory=dict, repr=False)
+    #: A Hive metastore (``thrift://host:9083``) for the Spark sessions, the Spark service and
+    #: spark-submit jobs: stream tables are then registered there by name, for every Spark
+    #: application and BI tool on the metastore.  None: Spark's in-memory catalog (the default).
+    metastore_uri: str | None = None
     #: Seconds a writer's lease on a stream table lasts without renewal (object-store warehouses;
     #: renewed every quarter of it while the writer works).  A killed writer's tables are free
     #: again after this long.  0 turns the lease off -- only to show what it prevents.
@@ -116,7 +120,7 @@ class TrickleConfig:
                 continue
             default = getattr(cls(), f.name)
             # the optional fields: the warehouse (a path), the others numbers
-            kind = str if f.name == "warehouse" else float if default is None else type(default)
+            kind = str if f.name in ("warehouse", "metastore_uri") else float if default is None else type(default)
             values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on") if kind is bool else kind(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -1,6 +1,10 @@
 """The example, end to end: Airflow (SQLite) runs the generated DAG against the Spark service.
 
-    python dags_example/run_example.py [--warehouse DIR] [--report FILE] [--spark connect|submit] [--serve]
+    python dags_example/run_example.py [--warehouse DIR] [--report FILE] [--spark connect|submit] [--serve] [--s3]
+
+With ``--s3`` (or ``TRICKLE_EXAMPLE_S3=1``) the warehouse is ``s3://trickle/warehouse`` on an
+s3proxy server the example starts on 127.0.0.1 and stops at the end
+(``docs/object-storage.md``); Airflow's own files then stay in a local folder.
 
 1. starts the Spark service for the warehouse (``trickle serve``; with ``--spark submit``,
    every refresh is a spark-submit job instead), migrates a throw-away Airflow metadata DB,
@@ -62,7 +66,8 @@ def start_spark(warehouse: str, how: str):
     from airflow_trickle.spark.service import start_detached
 
     started = time.monotonic()
-    service = start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
+    service = start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2},
+                             timeout=300)
     step(f"Spark service at {service.address} (ready in {time.monotonic() - started:.0f} s)")
     host, port = service.host_port
     os.environ["AIRFLOW_CONN_TRICKLE_SPARK"] = json.dumps({"conn_type": "spark_connect", "host": host, "port": port})
@@ -259,13 +264,33 @@ def main() -> int:
                         help="refresh tasks over the Spark service (default) or as spark-submit jobs")
     parser.add_argument("--serve", action="store_true",
                         help="keep serving Airflow's UI after the example, until Ctrl-C")
+    parser.add_argument("--s3", action="store_true", default=os.environ.get("TRICKLE_EXAMPLE_S3", "") not in ("", "0"),
+                        help="the warehouse on a local s3proxy the example starts and stops")
     args = parser.parse_args()
-    warehouse = os.path.abspath(args.warehouse or tempfile.mkdtemp(prefix="trickle-example-"))
+    s3 = None
+    if args.s3:
+        sys.path.insert(0, str(HERE.parent))
+        from tests.helpers.s3proxy import S3Server
+
+        local = Path(args.warehouse or tempfile.mkdtemp(prefix="trickle-example-s3-")).resolve()
+        s3 = S3Server(local / "s3proxy").start()
+        warehouse = s3.warehouse
+        # how every part of the example reaches the bucket: the service, the tasks, the UI page
+        os.environ["TRICKLE_STORAGE_OPTIONS"] = json.dumps(s3.storage_options)
+        home = str(local / "_airflow")
+        step(f"s3proxy at {s3.endpoint}, bucket {s3.bucket}")
+    else:
+        warehouse = os.path.abspath(args.warehouse or tempfile.mkdtemp(prefix="trickle-example-"))
+        home = os.path.join(warehouse, "_airflow")
     print(f"warehouse: {warehouse}")
-    tr, service = start_spark(warehouse, args.spark)
+    try:
+        tr, service = start_spark(warehouse, args.spark)
+    except BaseException:
+        if s3 is not None:
+            s3.stop()
+        raise
     server = None
     try:
-        home = os.path.join(warehouse, "_airflow")
         prepare_airflow(warehouse, home)
         server, url = start_api_server(home, warehouse)
         step(f"Airflow metadata DB ready; UI and REST API at {url} (user {UI_USER[0]}, password {UI_USER[1]})"
@@ -286,6 +311,9 @@ def main() -> int:
 
             stop_service(warehouse)
             step("Spark service stopped")
+        if s3 is not None:
+            s3.stop()
+            step("s3proxy stopped")
 
 
 def run_example(tr, warehouse: str, report: str | None) -> int:

@@ -1,13 +1,15 @@
 """Kill trials at length: refreshes killed (SIGKILL) at random moments, retried, checked.
 
-    .venv/bin/python scripts/kill_trials.py --trials 100 [--seed 1] [--sessions connect,classic] [--keep]
+    .venv/bin/python scripts/kill_trials.py --trials 100 [--seed 1] [--sessions connect,classic] [--keep] [--s3]
 
 Starts a Spark service for a fresh warehouse, builds ``tests/kill_trials.py``'s scenario,
 measures each operation unkilled, then runs the trials: a random operation (refresh, FULL,
 REINITIALIZE, atomic group, ALTER, the monotone cycle to its fixpoint) in a child that is a
 client of the service or runs its own classic Spark (chosen at random among ``--sessions``),
 killed at a random moment within the operation's measured duration (sometimes after it
-finished), retried and compared with the oracle.  Prints one line per trial and
+finished), retried and compared with the oracle.  With ``--s3`` the warehouse is
+``s3://trickle/warehouse`` on an s3proxy started for the run (writer leases of 6 s: a killed
+writer's tables are taken over by the retry once its lease lapses).  Prints one line per trial and
 ``N/N exact``; exits 1 if any trial is not exact.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ def main() -> int:
     parser.add_argument("--sessions", default="connect,classic",
                         help="comma-separated: the child's Spark, the service (connect) or its own (classic)")
     parser.add_argument("--keep", action="store_true", help="keep the warehouse (its path is printed)")
+    parser.add_argument("--s3", action="store_true", help="the warehouse on a local s3proxy")
     args = parser.parse_args()
 
     from airflow_trickle import Trickle
@@ -41,7 +44,17 @@ def main() -> int:
 
     operations = [o.strip() for o in args.operations.split(",") if o.strip()]
     sessions = [s.strip() for s in args.sessions.split(",") if s.strip()]
-    warehouse = tempfile.mkdtemp(prefix="kill-trials-")
+    warehouse = scratch = tempfile.mkdtemp(prefix="kill-trials-")
+    s3 = None
+    if args.s3:
+        import json
+
+        from tests.helpers.s3proxy import S3Server
+
+        s3 = S3Server(os.path.join(scratch, "s3proxy")).start()
+        warehouse = s3.warehouse
+        os.environ["TRICKLE_STORAGE_OPTIONS"] = json.dumps(s3.storage_options)  # the service and the children
+        os.environ["TRICKLE_LEASE_SECONDS"] = "6"
     info = svc.start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2})
     rng = random.Random(args.seed)
     failures = mid_operation = 0
@@ -67,10 +80,12 @@ def main() -> int:
         tr.close()
     finally:
         svc.stop_service(warehouse)
+        if s3 is not None:
+            s3.stop()
         if args.keep:
-            print("warehouse:", warehouse)
+            print("warehouse:", scratch)
         else:
-            shutil.rmtree(warehouse, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
     return 1 if failures else 0
 
 

@@ -50,13 +50,14 @@ TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, 
 
 
 #: Modules that start Spark themselves (a subprocess, a service) rather than through the fixtures.
-JVM_MODULES = {"test_airflow_example.py", "test_service.py", "test_spark_cluster.py", "test_object_storage.py"}
+JVM_MODULES = {"test_airflow_example.py", "test_service.py", "test_spark_cluster.py", "test_object_storage.py", "test_metastore.py"}
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "both_spark_modes: run in the Spark modes $TRICKLE_TEST_SPARK_MODES lists")
     config.addinivalue_line("markers", "spark_service: runs over the test process's Spark service (connect mode) only")
     config.addinivalue_line("markers", "cluster: starts a Spark standalone cluster (run with -m cluster)")
+    config.addinivalue_line("markers", "metastore: starts a Hive metastore (in the default run; -m metastore alone)")
     config.addinivalue_line("markers", "jvm: needs Spark (set on collection; -m 'not jvm' runs the rest in seconds)")
 
 

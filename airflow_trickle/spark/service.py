@@ -221,11 +221,12 @@ def _terminate(server: subprocess.Popen, grace: float = 20.0) -> None:
 
 def _prepare(address: str, config: TrickleConfig, warehouse: str) -> None:
     """Register the warehouse's tables in the server's catalog, and warm the JVM with one Delta MERGE."""
+    from airflow_trickle.location import Location
     from airflow_trickle.spark.session import connect_session, sync_warehouse_tables
 
     spark = connect_session(address, config)
     try:
-        sync_warehouse_tables(spark, warehouse)
+        sync_warehouse_tables(spark, Location(warehouse, config.storage_options))
         with tempfile.TemporaryDirectory(prefix="trickle-warmup-") as scratch:
             path = f"{scratch}/t"
             spark.sql(f"CREATE TABLE delta.`{path}` (k BIGINT, v BIGINT) USING delta "

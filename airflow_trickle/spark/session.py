@@ -1,11 +1,13 @@
-"""The embedded default: a local Spark session with Delta, whose tables live under a warehouse dir.
+"""The embedded default: a local Spark session with Delta, whose tables live under a warehouse.
 
 The embedded session uses Spark's in-memory catalog rather than an embedded Hive metastore:
 an embedded Derby metastore admits one process at a time, and two refresh jobs must be able to
-run at once.  The warehouse directory itself is the metastore: Delta tables are self-describing,
+run at once.  The warehouse itself is then the metastore: Delta tables are self-describing,
 so :func:`sync_warehouse_tables` registers every ``<warehouse>/<db>.db/<table>`` (and
 ``<warehouse>/<table>`` for the default database) under its name in a session, and forgets names
-whose directory another application removed.
+whose files another application removed -- listing a directory, or an object-store prefix.
+With ``metastore_uri`` (a shared Hive metastore) the sessions, the Spark service and
+spark-submit jobs use the metastore instead, and names are shared through it.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def session_conf(config: TrickleConfig, warehouse: str, *, secrets: bool = True,
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.sql.catalogImplementation": "in-memory",
+        "spark.sql.catalogImplementation": "hive" if config.metastore_uri else "in-memory",
         "spark.sql.warehouse.dir": warehouse,
         **artifacts,
         **spark_settings(location),
@@ -50,6 +52,8 @@ def session_conf(config: TrickleConfig, warehouse: str, *, secrets: bool = True,
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
     }
+    if config.metastore_uri:
+        conf["spark.hadoop.hive.metastore.uris"] = config.metastore_uri
     conf.update(config.spark_conf)
     return conf
 
@@ -101,7 +105,7 @@ def uses_in_memory_catalog(spark) -> bool:
     return spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory"
 
 
-def sync_warehouse_tables(spark, warehouse: "Location | str") -> None:
+def sync_warehouse_tables(spark, warehouse: "Location") -> None:
     """Make every Delta table stored under ``warehouse`` visible by name in ``spark``.
 
     Only for sessions on the in-memory catalog (the embedded default and the Spark service); a
@@ -114,7 +118,7 @@ def sync_warehouse_tables(spark, warehouse: "Location | str") -> None:
     """
     from airflow_trickle.location import Location, warehouse_tables
 
-    location = Location.of(warehouse)
+    location = Location.of(warehouse)  # a plain path: a local warehouse
     if not uses_in_memory_catalog(spark):
         return
     on_disk = warehouse_tables(location)

@@ -3,7 +3,8 @@
     python -m tests.helpers.race_worker WAREHOUSE [LOCAL_COMMIT_MAX_ROWS]
 
 Reads ``refresh NAME,NAME,...`` lines from stdin and answers each with one JSON line: the
-action each refresh took, or its error.  Storage options and the lease's length come from the
+action each refresh took, or its error.  ``churn NAME,...`` first ALTERs each table's schedule
+(a metadata commit to its storage, as a user's ALTER is) and then refreshes it.  Storage options and the lease's length come from the
 environment (``TRICKLE_STORAGE_OPTIONS``, ``TRICKLE_LEASE_SECONDS``), as a deployment's would.
 Prints ``READY`` once its Spark is up.
 """
@@ -28,6 +29,9 @@ def main(warehouse: str, local_commit_max_rows: int) -> None:
         tr.sync()
         for name in [n for n in names.split(",") if n]:
             try:
+                if verb == "churn":
+                    current = tr.get(name).schedule
+                    tr.alter_stream_table(name, schedule="7m" if current == "5m" else "5m")
                 outcome[name] = tr.refresh_stream_table(name).action
             except Exception as err:  # noqa: BLE001 - reported to the test
                 outcome[name] = f"ERROR {type(err).__name__}: {str(err)[:300]}"

@@ -15,12 +15,10 @@ import datetime
 import hashlib
 import hmac
 import os
-import signal
-import socket
-import subprocess
-import time
+import urllib.error
 import urllib.request
-from pathlib import Path
+
+from tests.helpers.servers import LocalServer
 
 S3PROXY = ("org.gaul", "s3proxy", "4.1.0")
 ACCESS_KEY = "trickle"
@@ -28,21 +26,15 @@ SECRET_KEY = "trickle-secret-key"
 REGION = "us-east-1"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class S3Server:
+class S3Server(LocalServer):
     """s3proxy serving ``bucket`` from ``directory``; started on enter, stopped on exit."""
 
+    name = "s3proxy"
+
     def __init__(self, directory: str | os.PathLike, *, bucket: str = "trickle", prefix: str = "warehouse"):
-        self.directory = Path(directory)
+        super().__init__(directory)
         self.bucket = bucket
         self.prefix = prefix
-        self.port = _free_port()
-        self.process: subprocess.Popen | None = None
 
     @property
     def endpoint(self) -> str:
@@ -57,7 +49,7 @@ class S3Server:
         return {"aws_endpoint": self.endpoint, "aws_access_key_id": ACCESS_KEY,
                 "aws_secret_access_key": SECRET_KEY, "aws_region": REGION, "aws_allow_http": "true"}
 
-    def start(self) -> "S3Server":
+    def command(self) -> list[str]:
         from airflow_trickle.spark.jars import maven_artifact
 
         jar = maven_artifact(*S3PROXY, classifier="jar-with-dependencies")
@@ -68,39 +60,10 @@ class S3Server:
             f"s3proxy.endpoint={self.endpoint}", "s3proxy.authorization=aws-v2-or-v4",
             f"s3proxy.identity={ACCESS_KEY}", f"s3proxy.credential={SECRET_KEY}",
             "jclouds.provider=filesystem-nio2", f"jclouds.filesystem.basedir={data}", ""]))
-        log = open(self.directory / "s3proxy.log", "ab")
-        self.process = subprocess.Popen(["java", "-Xmx256m", "-jar", str(jar), "--properties", str(conf)],
-                                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"s3proxy did not start; see {self.directory / 's3proxy.log'}")
-                time.sleep(0.1)
+        return ["java", "-Xmx256m", "-jar", str(jar), "--properties", str(conf)]
+
+    def ready(self) -> None:
         self.create_bucket(self.bucket)
-        return self
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self.process = None
-
-    def __enter__(self) -> "S3Server":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def create_bucket(self, bucket: str) -> None:
         """``PUT /bucket``, signed with AWS Signature Version 4 (s3proxy sees a directory made

@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--tables", type=int, default=None, help="how many of the race's stream tables")
     parser.add_argument("--no-lease", action="store_true", help="the workers take no writer lease")
     parser.add_argument("--commit-delay", type=float, default=0.5, help="seconds each Delta log PUT is held")
+    parser.add_argument("--seconds", type=float, default=12.0, help="how long each round's writers run")
     args = parser.parse_args()
 
     from airflow_trickle import Trickle
@@ -43,7 +44,7 @@ def main() -> int:
         tr.sql(f"CREATE DATABASE {db}")
         started = time.monotonic()
         problems = race_test.race(tr, s3, db, args.rounds, lease=not args.no_lease, tables=args.tables,
-                                  commit_delay=args.commit_delay)
+                                  commit_delay=args.commit_delay, seconds=args.seconds)
         for problem in problems:
             print(problem, flush=True)
         print(f"{len(problems)} problems in {args.rounds} rounds, lease {'off' if args.no_lease else 'on'} "

@@ -66,7 +66,7 @@ def pytest_configure(config):
 LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 250, "test_cascade.py": 300,
                 "test_service.py": 280, "test_dvm_oracle_joins.py": 240, "test_airflow_example.py": 180,
                 "test_differential.py": 130, "test_lifecycle.py": 120, "test_repair.py": 55,
-                "test_airflow_live.py": 45, "test_object_storage.py": 200}
+                "test_airflow_live.py": 45, "test_object_storage.py": 300, "test_metastore.py": 120}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

@@ -20,7 +20,8 @@ class TrickleHook(BaseHook):
     """The catalog of one warehouse: from ``warehouse=``, or from a ``trickle`` connection.
 
     A ``trickle`` connection holds the warehouse path or URI in *host* (or ``extra.warehouse``)
-    and any :class:`~airflow_trickle.config.TrickleConfig` field in *extra*.
+    and any :class:`~airflow_trickle.config.TrickleConfig` field in *extra* -- for an object
+    store, ``storage_options`` (``docs/object-storage.md``).
     """
 
     conn_name_attr = "trickle_conn_id"
@@ -40,7 +41,7 @@ class TrickleHook(BaseHook):
         return {"hidden_fields": ["schema", "login", "password", "port"],
                 "relabeling": {"host": "Warehouse (path or URI)"},
                 "placeholders": {"host": "/data/warehouse or s3://bucket/warehouse",
-                                 "extra": '{"max_consecutive_errors": 3}'}}
+                                 "extra": '{"storage_options": {"aws_region": "eu-west-1"}, "max_consecutive_errors": 3}'}}
 
     @cached_property
     def config(self) -> TrickleConfig:

@@ -2,14 +2,16 @@
 
     python -m tests.helpers.race_worker WAREHOUSE [LOCAL_COMMIT_MAX_ROWS]
 
-Reads ``refresh NAME,NAME,...`` lines from stdin and answers each with one JSON line: the
-action each refresh took, or its error.  ``churn NAME,...`` first ALTERs each table's schedule
-(a metadata commit to its storage, as a user's ALTER is) and then refreshes it.  Storage options and the lease's length come from the
+Reads ``SECONDS refresh NAME,NAME,...`` lines from stdin: refreshes the tables one after the
+other, again and again, for that many seconds; then answers with one JSON line, the errors met
+(none: ``{}``).  ``SECONDS churn NAME,...`` first ALTERs each table's schedule (a metadata
+commit to its storage, as a user's ALTER is) and then refreshes it.  Storage options and the lease's length come from the
 environment (``TRICKLE_STORAGE_OPTIONS``, ``TRICKLE_LEASE_SECONDS``), as a deployment's would.
 Prints ``READY`` once its Spark is up.
 """
 import json
 import sys
+import time
 
 from airflow_trickle import Trickle
 
@@ -22,20 +24,22 @@ def main(warehouse: str, local_commit_max_rows: int) -> None:
     tr.sync()
     print("READY", flush=True)
     for line in sys.stdin:
-        verb, _, names = line.strip().partition(" ")
-        if verb == "quit":
+        if line.strip() == "quit":
             break
-        outcome = {}
-        tr.sync()
-        for name in [n for n in names.split(",") if n]:
-            try:
-                if verb == "churn":
-                    current = tr.get(name).schedule
-                    tr.alter_stream_table(name, schedule="7m" if current == "5m" else "5m")
-                outcome[name] = tr.refresh_stream_table(name).action
-            except Exception as err:  # noqa: BLE001 - reported to the test
-                outcome[name] = f"ERROR {type(err).__name__}: {str(err)[:300]}"
-        print(json.dumps(outcome), flush=True)
+        seconds, verb, names = line.split()
+        errors: dict[str, str] = {}
+        deadline = time.monotonic() + float(seconds)
+        while time.monotonic() < deadline:
+            tr.sync()
+            for name in names.split(","):
+                try:
+                    if verb == "churn":
+                        current = tr.get(name).schedule
+                        tr.alter_stream_table(name, schedule="7m" if current == "5m" else "5m")
+                    tr.refresh_stream_table(name)
+                except Exception as err:  # noqa: BLE001 - reported to the test
+                    errors[name] = f"{type(err).__name__}: {str(err)[:300]}"
+        print(json.dumps(errors), flush=True)
     tr.close()
 
 

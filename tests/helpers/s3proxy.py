@@ -5,9 +5,8 @@ objects in a local directory and answers conditional PUTs (``If-None-Match``, ``
 with 412 as S3 does -- what delta-rs commits and the writer lease rely on.  The jar is fetched
 once into the project's cache folder (``airflow_trickle.spark.jars.maven_artifact``).
 
->>> with S3Server(tmp) as s3:                                        # doctest: +SKIP
-...     s3.warehouse, s3.storage_options
-('s3://trickle/warehouse', {'aws_endpoint': 'http://127.0.0.1:...', ...})
+``with S3Server(directory) as s3:`` gives ``s3.warehouse`` (``s3://trickle/warehouse``) and
+``s3.storage_options`` (the endpoint, its credentials, ``aws_allow_http``).
 """
 from __future__ import annotations
 

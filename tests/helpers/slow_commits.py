@@ -1,7 +1,8 @@
 """An HTTP proxy in front of the S3 server that makes Delta commits slow, as a loaded store does.
 
-Every ``PUT`` of a Delta log entry (``.../_delta_log/<version>.json``) waits ``delay`` seconds
-before it is forwarded; everything else passes at once.  On s3proxy over loopback a PUT takes
+Every ``PUT`` of a Delta log entry (``.../_delta_log/<version>.json``) of a table outside the
+catalog waits ``delay`` seconds before it is forwarded; everything else passes at once (the
+catalog is written by delta-rs alone, with conditional PUTs: slowing it shows nothing).  On s3proxy over loopback a PUT takes
 milliseconds, so the window in which two writers can both find version N free and both write
 it is milliseconds wide; on a real store under load it is as wide as its slowest PUT.  The race
 tests use this to put writers into that window on purpose -- with the writer lease they still
@@ -30,6 +31,11 @@ class SlowCommits:
         self.upstream_port = upstream_port
         self.delay = delay
         self.delayed = 0
+        #: PUTs of a log entry that arrived while another PUT of the same entry was held: two
+        #: writers inside the window, one of which Delta's S3 log store lets replace the other.
+        self.collisions = 0
+        self._in_flight: dict[str, int] = {}
+        self._lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,21 +51,31 @@ class SlowCommits:
                 else:
                     body = self.rfile.read(length) if length else b""
                 path = self.path.split("?", 1)[0]
-                if self.command == "PUT" and _COMMIT.search(path) and proxy.delay:
-                    proxy.delayed += 1
+                held = self.command == "PUT" and _COMMIT.search(path) and "/_trickle/" not in path and proxy.delay
+                if held:
+                    with proxy._lock:
+                        proxy.delayed += 1
+                        proxy.collisions += proxy._in_flight.get(path, 0) > 0
+                        proxy._in_flight[path] = proxy._in_flight.get(path, 0) + 1
                     time.sleep(proxy.delay)
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
                 if body or self.command in ("PUT", "POST"):
                     headers["Content-Length"] = str(len(body))
-                upstream.request(self.command, self.path, body=body or None, headers=headers)
-                answer = upstream.getresponse()
-                data = answer.read()
+                try:
+                    upstream.request(self.command, self.path, body=body or None, headers=headers)
+                    answer = upstream.getresponse()
+                    data = answer.read()
+                finally:
+                    if held:
+                        with proxy._lock:
+                            proxy._in_flight[path] -= 1
                 self.send_response_only(answer.status, answer.reason)
                 for key, value in answer.getheaders():
-                    if key.lower() not in _HOP and key.lower() != "content-length":
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
+                    if key.lower() not in _HOP and (key.lower() != "content-length" or self.command == "HEAD"):
+                        self.send_header(key, value)  # a HEAD's length is the object's, not its (empty) body's
+                if self.command != "HEAD":
+                    self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -313,10 +313,10 @@ def _pinned(query: str, frontier: dict[str, int]) -> str:
 
 
 def test_two_writers_racing_on_object_storage_lose_nothing(s3tr, s3, s3db):
-    """Two of the race's tables (an aggregate and a filter) for three rounds of ten seconds here;
+    """Two of the race's tables (an aggregate and a filter) for three rounds of five seconds here;
     ``TRICKLE_S3_RACE_ROUNDS=10`` runs ten, ``scripts/race_s3.py`` all six tables, and
     ``scripts/race_s3.py --no-lease`` the same race with the lease off, which loses changes."""
-    problems = race(s3tr, s3, s3db, int(os.environ.get("TRICKLE_S3_RACE_ROUNDS", "3")), tables=2, seconds=10)
+    problems = race(s3tr, s3, s3db, int(os.environ.get("TRICKLE_S3_RACE_ROUNDS", "3")), tables=2, seconds=5)
     assert problems == []
 
 
@@ -324,7 +324,7 @@ def test_two_writers_appending_through_slow_commits_take_turns_under_the_lease(s
     """The plainest race: two processes append one row per commit to one table while each log
     PUT is held for a second.  Under the lease every row lands; ``scripts/race_s3.py --appends
     15 --no-lease`` runs it without, and commits are replaced (about half of them, measured)."""
-    expected, found = append_race(s3, 8, lease=True)
+    expected, found = append_race(s3, 5, lease=True)
     assert found == expected
 
 

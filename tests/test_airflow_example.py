@@ -1,5 +1,4 @@
-"""The example DAG end to end in Airflow: dag.test() on SQLite, refresh tasks over the Spark service,
-the warehouse in an S3 bucket (s3proxy on 127.0.0.1).
+"""The example DAG end to end in Airflow: dag.test() on SQLite, refresh tasks over the Spark service.
 
 The example runner (``dags_example/run_example.py``) runs in its own process, because Airflow
 reads its home and database settings once per process; it writes a JSON report that this test
@@ -23,9 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def report(tmp_path_factory):
     warehouse = tmp_path_factory.mktemp("example")
     out = warehouse / "report.json"
-    # on an S3 warehouse (s3proxy, started and stopped by the runner): the example as a lakehouse
-    # team deploys it; ``./run-example.sh`` without --s3 runs it on a local directory
-    done = subprocess.run([sys.executable, str(ROOT / "dags_example" / "run_example.py"), "--s3", "--warehouse",
+    done = subprocess.run([sys.executable, str(ROOT / "dags_example" / "run_example.py"), "--warehouse",
                            str(warehouse / "wh"), "--report", str(out)], capture_output=True, text=True, timeout=1200)
     assert out.exists(), done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads(out.read_text())
@@ -146,3 +143,20 @@ def test_refresh_tasks_emit_openlineage_with_versions_and_column_lineage(report)
     assert event["inputs"][0]["version"] == str(tables["shop.customer_totals"]["frontier"]["shop.order_lines"])
     assert all(source == where["shop.order_lines"] for cols in output["columns"].values() for source, _ in cols)
     assert event["sql"] and "shop.order_lines" in event["sql"]
+
+
+def test_the_example_s_first_dag_run_on_an_s3_warehouse(tmp_path):
+    """The example's first DAG run (create and populate all six stream tables) with the
+    warehouse in an S3 bucket: s3proxy and the Spark service on it, started and stopped by the
+    runner (``run_example.py --s3 --first-run-only``); every table equals its query after."""
+    out = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, str(ROOT / "dags_example" / "run_example.py"), "--s3", "--first-run-only",
+                           "--warehouse", str(tmp_path / "wh"), "--report", str(out)], capture_output=True, text=True,
+                          timeout=1200)
+    assert out.exists(), done.stdout[-4000:] + done.stderr[-4000:]
+    data = json.loads(out.read_text())
+    assert [r["state"] for r in data["runs"]] == ["success"] and done.returncode == 0
+    assert {name: t["matches_query"] for name, t in data["tables"].items()} == dict.fromkeys(
+        ["shop.big_orders", "shop.customer_totals", "shop.order_lines", "shop.region_report", "shop.region_revenue",
+         "shop.top_customers"], True)
+    assert all(t["location"].startswith("s3://trickle/warehouse/") for t in data["tables"].values())

@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from airflow_trickle.errors import TrickleError
 from airflow_trickle.location import Location
@@ -90,7 +91,7 @@ class WriterLease:
 
     # -- the object -------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def _root(self) -> Location:
         return self.catalog.child(LEASE_DIR)
 

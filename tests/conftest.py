@@ -61,12 +61,12 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "jvm: needs Spark (set on collection; -m 'not jvm' runs the rest in seconds)")
 
 
-#: Seconds each long Spark module took on 2 cores (run-tests.sh, November 2026), to order the
+#: Seconds each long Spark module took on 2 cores (run-tests.sh, December 2026), to order the
 #: xdist groups longest first: a long group started last would leave the other process idle.
-LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 250, "test_cascade.py": 300,
-                "test_service.py": 280, "test_dvm_oracle_joins.py": 240, "test_airflow_example.py": 180,
-                "test_differential.py": 130, "test_lifecycle.py": 120, "test_repair.py": 55,
-                "test_airflow_live.py": 45, "test_object_storage.py": 300, "test_metastore.py": 120}
+LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 265, "test_cascade.py": 300,
+                "test_service.py": 340, "test_dvm_oracle_joins.py": 200, "test_airflow_example.py": 240,
+                "test_differential.py": 170, "test_lifecycle.py": 175, "test_recursive.py": 155, "test_repair.py": 70,
+                "test_airflow_live.py": 55, "test_object_storage.py": 480, "test_metastore.py": 110}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

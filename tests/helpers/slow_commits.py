@@ -19,8 +19,8 @@ refresh that had read the same source versions goes unnoticed).
 Requests and answers are passed through byte for byte (the ``Host`` header included, which
 the requests' signatures cover).  The proxy runs in a process of its own
 (:class:`SlowCommitsProcess`, ``python -m tests.helpers.slow_commits UPSTREAM_PORT DELAY``): in
-the test's process, every call there that keeps Python's interpreter lock while it waits on the
-network (delta-rs's, the catalog's) would stall every request the writers send through it.
+the test's process, a delta-rs call that went through it deadlocked (the call kept Python's
+interpreter lock while it waited for the proxy's thread).
 ``GET /__stats`` answers with what it held, as JSON.
 """
 from __future__ import annotations
@@ -210,8 +210,8 @@ class SlowCommits:
 
 
 class SlowCommitsProcess:
-    """:class:`SlowCommits` in a process of its own; ``endpoint``, ``delayed`` and ``collisions``
-    as the proxy's."""
+    """:class:`SlowCommits` in a process of its own: its ``endpoint``, and what it held
+    (:meth:`stats`)."""
 
     def __init__(self, upstream_port: int, delay: float):
         self.upstream_port, self.delay = upstream_port, delay
@@ -223,22 +223,13 @@ class SlowCommitsProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def stats(self) -> dict:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=10):
-            pass
+        """``{"delayed": ..., "collisions": ...}``, as the proxy counts them."""
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         try:
             connection.request("GET", "/__stats")
             return json.loads(connection.getresponse().read())
         finally:
             connection.close()
-
-    @property
-    def delayed(self) -> int:
-        return self.stats()["delayed"]
-
-    @property
-    def collisions(self) -> int:
-        return self.stats()["collisions"]
 
     def __enter__(self) -> "SlowCommitsProcess":
         self.process = subprocess.Popen([sys.executable, "-m", "tests.helpers.slow_commits", str(self.upstream_port),

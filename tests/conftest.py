@@ -37,11 +37,16 @@ SPARK_MODES = ("classic", "connect")
 #: and code generation is off: Spark compiles Java for nearly every distinct statement (Janino,
 #: ~20 ms each on the driver, about 80 compiles per TPC-H refresh and its check) to run it over a
 #: few rows, where interpreting them costs nothing (``benchmarks/suite_settings.py``, the TPC-H
-#: test: 383.8 s, 4,140 compiles with code generation; 328.4 s, 145 without).  The product keeps
-#: Spark's defaults, and the example and the product's benchmarks run with them.
+#: test: 383.8 s, 4,140 compiles with code generation; 328.4 s, 145 without); and joins are not
+#: broadcast: every table here is under the broadcast threshold, so each join collected its side
+#: to the driver in a job of its own and shipped it back, where a sort-merge join of a few rows
+#: stays within the query's stages (the same test: 294 s of JVM CPU without broadcasts against
+#: 324 and 345 s with them, both orders; the suite is CPU-bound).  The product keeps Spark's
+#: defaults, and the example and the product's benchmarks run with them.
 TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
                      "spark.databricks.delta.stats.skipping": "false",
-                     "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+                     "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+                     "spark.sql.autoBroadcastJoinThreshold": "-1"}
 #: The settings of a Spark service a test starts (``start_detached(..., settings=...)``).
 SERVICE_SETTINGS = {"shuffle_partitions": 2, "spark_conf": TINY_TABLES_SPARK}
 TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,

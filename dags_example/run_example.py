@@ -274,6 +274,12 @@ def main() -> int:
         sys.path.insert(0, str(HERE.parent))
         from tests.helpers.s3proxy import S3Server
 
+        # Out again before Airflow loads its plugins: a checkout's root on sys.path shows Airflow
+        # the checkout's airflow_trickle.egg-info, a second copy of the distribution, and the
+        # Task SDK stops registering plugins at a name met twice -- the OpenLineage provider's,
+        # listed after ours, then hears of no task.
+        sys.path.remove(str(HERE.parent))
+
         local = Path(args.warehouse or tempfile.mkdtemp(prefix="trickle-example-s3-")).resolve()
         s3 = S3Server(local / "s3proxy").start()
         warehouse = s3.warehouse
@@ -334,7 +340,10 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
         tables = check_tables(tr)
         step("stream tables checked against their queries")
         if report:
-            Path(report).write_text(json.dumps({"runs": runs, "tables": tables}, indent=1, default=str))
+            lineage = lineage_events(os.environ["AIRFLOW_HOME"])
+            step(f"{len(lineage)} OpenLineage events read back")
+            Path(report).write_text(json.dumps({"runs": runs, "tables": tables, "lineage": lineage}, indent=1,
+                                               default=str))
         return 0 if runs[0]["state"].endswith("success") and all(t["matches_query"] for t in tables.values()) else 1
 
     tr.sql("INSERT INTO shop.orders VALUES (7, 3, 400.00), (8, NULL, 75.00)")

@@ -160,3 +160,8 @@ def test_the_example_s_first_dag_run_on_an_s3_warehouse(tmp_path):
         ["shop.big_orders", "shop.customer_totals", "shop.order_lines", "shop.region_report", "shop.region_revenue",
          "shop.top_customers"], True)
     assert all(t["location"].startswith("s3://trickle/warehouse/") for t in data["tables"].values())
+    # the refresh tasks' OpenLineage, datasets named by the bucket (namespace s3://trickle)
+    outputs = {o["name"]: o for e in data["lineage"] for o in e["outputs"]}
+    assert set(outputs) == {t["location"].rstrip("/").removeprefix("s3://trickle/") for t in data["tables"].values()}, outputs
+    assert {o["namespace"] for o in outputs.values()} == {"s3://trickle"}
+    assert all(o["version"] is not None and o["fields"] for o in outputs.values())

@@ -324,6 +324,13 @@ def main() -> int:
             step("s3proxy stopped")
 
 
+def write_report(report: str, contents: dict) -> None:
+    """The JSON report: ``contents`` and the OpenLineage events the runs' tasks wrote."""
+    lineage = lineage_events(os.environ["AIRFLOW_HOME"])
+    step(f"{len(lineage)} OpenLineage events read back")
+    Path(report).write_text(json.dumps({**contents, "lineage": lineage}, indent=1, default=str))
+
+
 def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool = False) -> int:
     from airflow.dag_processing.dagbag import DagBag
 
@@ -340,10 +347,7 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
         tables = check_tables(tr)
         step("stream tables checked against their queries")
         if report:
-            lineage = lineage_events(os.environ["AIRFLOW_HOME"])
-            step(f"{len(lineage)} OpenLineage events read back")
-            Path(report).write_text(json.dumps({"runs": runs, "tables": tables, "lineage": lineage}, indent=1,
-                                               default=str))
+            write_report(report, {"runs": runs, "tables": tables})
         return 0 if runs[0]["state"].endswith("success") and all(t["matches_query"] for t in tables.values()) else 1
 
     tr.sql("INSERT INTO shop.orders VALUES (7, 3, 400.00), (8, NULL, 75.00)")
@@ -375,10 +379,7 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
             print("   ALERT:", alert)
     print(f"\nthree DAG runs and the refusal in {time.monotonic() - started:.0f} s")
     if report:
-        lineage = lineage_events(os.environ["AIRFLOW_HOME"])
-        step(f"{len(lineage)} OpenLineage events read back")
-        Path(report).write_text(json.dumps({"runs": runs, "refused": refused, "tables": tables,
-                                            "asset_events": events, "lineage": lineage}, indent=1, default=str))
+        write_report(report, {"runs": runs, "refused": refused, "tables": tables, "asset_events": events})
     ok = all(r["state"].endswith("success") for r in runs) and refused and all(
         t["matches_query"] for t in tables.values())
     return 0 if ok else 1

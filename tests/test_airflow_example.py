@@ -162,6 +162,7 @@ def test_the_example_s_first_dag_run_on_an_s3_warehouse(tmp_path):
     assert all(t["location"].startswith("s3://trickle/warehouse/") for t in data["tables"].values())
     # the refresh tasks' OpenLineage, datasets named by the bucket (namespace s3://trickle)
     outputs = {o["name"]: o for e in data["lineage"] for o in e["outputs"]}
-    assert set(outputs) == {t["location"].rstrip("/").removeprefix("s3://trickle/") for t in data["tables"].values()}, outputs
+    keys = {t["location"].rstrip("/").removeprefix("s3://trickle/") for t in data["tables"].values()}
+    assert set(outputs) == keys, outputs
     assert {o["namespace"] for o in outputs.values()} == {"s3://trickle"}
     assert all(o["version"] is not None and o["fields"] for o in outputs.values())

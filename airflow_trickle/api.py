@@ -274,11 +274,12 @@ class Trickle:
         """One summary row per stream table (pg_trickle's ``pgt_status``)."""
         from airflow_trickle.catalog.model import utcnow
 
-        from airflow_trickle.ops.overview import freshness_targets
+        from airflow_trickle.ops.overview import commit_watchers, freshness_targets
 
         tables = [self.get(name)] if name else self.catalog.list()
         now = utcnow()
         targets = freshness_targets(self.catalog)  # the Airflow UI's Stream tables page uses the same
+        watchers = commit_watchers(self.catalog, tables, now)
         return [{
             "name": st.name,
             "status": st.status,
@@ -292,6 +293,7 @@ class Trickle:
             "consecutive_errors": st.consecutive_errors,
             "frontier": st.frontier,
             "mode_reason": st.mode_reason,
+            **({"watcher": watchers[st.name]["message"]} if st.name in watchers else {}),
         } for st in tables]
 
     def history(self, name: str | None = None, limit: int = 20) -> list[RefreshRecord]:

@@ -76,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = create.add_mutually_exclusive_group(required=True)
     source.add_argument("--query", help="the defining query")
     source.add_argument("--query-file", help="file holding the defining query")
-    create.add_argument("--schedule", default=None, help="duration (30s, 5m, 1h30m) or cron; 'none' = CALCULATED")
+    create.add_argument("--schedule", default=None,
+                        help="duration (30s, 5m, 1h30m), cron, or on_commit (refreshed when a source commits, "
+                             "by a project's on-commit DAG in Airflow); 'none' = CALCULATED")
     create.add_argument("--mode", default=None, type=_word(RefreshMode, "refresh mode"),
                         help="DIFFERENTIAL (default), FULL or AUTO")
     create.add_argument("--no-initialize", action="store_true", help="create empty; populate on first refresh")
@@ -97,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     alter = verbs.add_parser("alter", help="change query, schedule, refresh mode or status")
     alter.add_argument("name")
     alter.add_argument("--query", help="a new defining query (the table is rebuilt)")
-    alter.add_argument("--schedule")
+    alter.add_argument("--schedule", help="duration, cron, on_commit, or none (CALCULATED)")
     alter.add_argument("--mode", type=_word(RefreshMode, "refresh mode"), help="DIFFERENTIAL, FULL or AUTO")
     alter.add_argument("--status", type=_word(Status, "status"), help="ACTIVE or SUSPENDED")
 
@@ -233,9 +235,10 @@ def _verb(tr, args) -> int:
         _emit(args, [asdict(tr.refresh_stream_table(args.name, mode=args.mode))],
               columns=["name", "action", "status", "rows_inserted", "rows_deleted", "duration_ms", "reason"])
     elif args.verb == "status":
-        _emit(args, tr.status(args.name),
-              columns=["name", "status", "effective_mode", "schedule", "is_populated", "staleness_s",
-                       "freshness_target_s", "consecutive_errors", "frontier"])
+        found = tr.status(args.name)
+        _emit(args, found, columns=["name", "status", "effective_mode", "schedule", "is_populated", "staleness_s",
+                                    "freshness_target_s", "consecutive_errors", "frontier",
+                                    *(["watcher"] if any("watcher" in r for r in found) else [])])
     elif args.verb == "alter":
         kwargs = {}
         if args.schedule is not None:

@@ -32,16 +32,49 @@ def stream_table_asset(project: str, name: str) -> Asset:
     return Asset(name=f"trickle/{project}/{name}", uri=f"trickle://{project}/{name}", extra={"stream_table": name})
 
 
-def source_table_asset(project: str, name: str) -> Asset:
-    """The Asset of a base table a stream table reads (an inlet: lineage, never updated here)."""
-    return Asset(name=f"trickle/{project}/{name}", uri=f"trickle://{project}/{name}", extra={"source_table": name})
+def source_table_asset(project: str, name: str, watchers: list | None = None) -> Asset:
+    """The Asset of a base table a stream table reads: an inlet (lineage), and for a source of
+    ``on_commit`` stream tables the asset its watcher updates when it commits."""
+    return Asset(name=f"trickle/{project}/{name}", uri=f"trickle://{project}/{name}", extra={"source_table": name},
+                 watchers=list(watchers or []))
+
+
+def watched_source_asset(project: Project, source: str) -> Asset:
+    """The Asset of ``source`` as every DAG of ``project`` declares it: with its commit watcher
+    when ``on_commit`` stream tables read it (one definition, so no DAG drops the watcher)."""
+    watches = project.commit_watches
+    if source not in watches.sources:
+        return source_table_asset(project.name, source)
+    from airflow.sdk import AssetWatcher
+
+    from airflow_trickle.triggers.source_commit import SourceCommitTrigger
+
+    settings = project.airflow
+    trigger = SourceCommitTrigger(
+        project=project.name, warehouse=project.warehouse, source=source, readers=list(watches.sources[source]),
+        serves=list(watches.refreshed[source]), dag_id=settings.on_commit_dag_id,
+        poll_interval=settings.on_commit_poll_interval.total_seconds(),
+        debounce=settings.on_commit_debounce.total_seconds(), max_wait=settings.on_commit_max_wait.total_seconds(),
+        settings=_public_settings(project))
+    return source_table_asset(project.name, source, [AssetWatcher(name=f"{project.name}__{source}", trigger=trigger)])
+
+
+def _public_settings(project: Project) -> dict:
+    """The project's settings without credentials: a trigger's arguments are stored in Airflow's
+    database and shown with the DAG; the triggerer finds credentials in its environment."""
+    from airflow_trickle.location import public_options
+
+    settings = {k: v for k, v in project.settings.items() if k != "spark_conf"}
+    if settings.get("storage_options"):
+        settings["storage_options"] = public_options(project.config().storage_options)
+    return settings
 
 
 def _inlets(project: Project, unit) -> list[Asset]:
     """What ``unit`` reads, as Assets: so the asset graph shows source -> stream table -> stream table."""
     read = dict.fromkeys(p for m in unit.members for p in sorted(project.graph.predecessors(m))
                          if p not in unit.members)
-    return [stream_table_asset(project.name, p) if p in project.stream_tables else source_table_asset(project.name, p)
+    return [stream_table_asset(project.name, p) if p in project.stream_tables else watched_source_asset(project, p)
             for p in read]
 
 
@@ -60,6 +93,8 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
     wanted = get_parsing_context().dag_id
     if settings.maintenance and wanted in (None, settings.maintenance_dag_id):
         maintenance_dag(project)  # registered with Airflow by its `with DAG(...)` block
+    if project.commit_watches.sources and wanted in (None, settings.on_commit_dag_id):
+        on_commit_dag(project, freshness_notifier=freshness_notifier)
     if wanted and wanted != settings.dag_id:
         return None
 
@@ -82,25 +117,66 @@ def stream_table_dag(project: Project | str | os.PathLike, *, deadline: bool | N
     }
     with DAG(**kwargs) as dag:
         plan = StreamTableSelectionOperator(task_id="plan", project=project)
-        tasks = {}
-        for database in dict.fromkeys(u.database for u in project.units):
-            with TaskGroup(group_id=database, tooltip=f"stream tables of database {database}"):
-                for unit in (u for u in project.units if u.database == database):
-                    tasks[unit] = StreamTableRefreshOperator(
-                        task_id=unit.task_name, project=project, stream_tables=list(unit.members),
-                        inlets=_inlets(project, unit),
-                        outlets=[stream_table_asset(project.name, m) for m in unit.members],
-                        trigger_rule="none_failed", doc_md=_unit_doc(project, unit),
-                        task_display_name=_display_name(unit),
-                        freshness_notifier=freshness_notifier)
-        for unit, task in tasks.items():
-            upstream = {project.unit_of(p) for m in unit.members for p in project.graph.predecessors(m)
-                        if p in project.stream_tables} - {unit}
-            if upstream:
-                for parent in sorted(upstream, key=lambda u: u.task_id):
-                    tasks[parent] >> task
-            else:
+        for task in _refresh_tasks(project, project.units, freshness_notifier=freshness_notifier).values():
+            if not task.upstream_list:
                 plan >> task
+    return dag
+
+
+def _refresh_tasks(project: Project, units, **operator_kwargs) -> dict:
+    """One refresh task per unit, in task groups per database, wired along the graph: a task
+    follows the units it reads (the caller wires those that read none)."""
+    tasks = {}
+    for database in dict.fromkeys(u.database for u in units):
+        with TaskGroup(group_id=database, tooltip=f"stream tables of database {database}"):
+            for unit in (u for u in units if u.database == database):
+                tasks[unit] = StreamTableRefreshOperator(
+                    task_id=unit.task_name, project=project, stream_tables=list(unit.members),
+                    inlets=_inlets(project, unit),
+                    outlets=[stream_table_asset(project.name, m) for m in unit.members],
+                    trigger_rule="none_failed", doc_md=_unit_doc(project, unit),
+                    task_display_name=_display_name(unit), **operator_kwargs)
+    for unit, task in tasks.items():
+        upstream = {project.unit_of(p) for m in unit.members for p in project.graph.predecessors(m)
+                    if p in project.stream_tables} - {unit}
+        for parent in sorted(upstream & tasks.keys(), key=lambda u: u.task_id):
+            tasks[parent] >> task
+    return tasks
+
+
+def on_commit_dag(project: Project | str | os.PathLike, *, freshness_notifier=None) -> DAG:
+    """The DAG ``<dag_id>__on_commit``: refresh on commit for the project's ``on_commit`` stream tables.
+
+    It is scheduled on the assets of the base sources they read, each with a commit watcher
+    (:class:`~airflow_trickle.triggers.source_commit.SourceCommitTrigger`) on Airflow's
+    triggerer; a run holds a refresh task for every stream table a commit can reach -- the
+    ``on_commit`` ones, the CALCULATED ones between them and the sources, and everything
+    downstream -- and each task skips at once, without Spark, unless one of the sources that
+    committed is among its own (``triggering_asset_events``). One run at a time: commits that
+    land during a run make exactly one more. :func:`stream_table_dag` makes it beside the
+    refresh DAG when the project has an ``on_commit`` stream table.
+    """
+    from airflow.sdk import AssetAny
+
+    if not isinstance(project, Project):
+        project = load_project(project)
+    settings = project.airflow
+    watches = project.commit_watches
+    if not watches.sources:
+        raise ValueError(f"project {project.name!r} has no on_commit stream table that reads a base source")
+    assets = [watched_source_asset(project, source) for source in watches.sources]
+    members = watches.members
+    units = [u for u in project.units if members & set(u.members)]
+    with DAG(dag_id=settings.on_commit_dag_id, schedule=assets[0] if len(assets) == 1 else AssetAny(*assets),
+             start_date=_start_date(settings), catchup=False, max_active_runs=1,
+             tags=[*settings.tags, "on_commit"], default_args=_default_args(settings),
+             doc_md=(f"# Refresh on commit, project `{project.name}`\n\nRuns when "
+                     + ", ".join(f"`{s}`" for s in watches.sources) + " commit (watched on Airflow's triggerer "
+                     f"every {format_duration(settings.on_commit_poll_interval)}, a burst held "
+                     f"{format_duration(settings.on_commit_debounce)} after its last commit, at most "
+                     f"{format_duration(settings.on_commit_max_wait)}); refreshes the stream tables those "
+                     "commits reach, and those downstream.")) as dag:
+        _refresh_tasks(project, units, check_schedule=False, on_commit=True, freshness_notifier=freshness_notifier)
     return dag
 
 

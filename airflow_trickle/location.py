@@ -219,6 +219,21 @@ class Location:
 
         return bytes(obstore.get(self._store, relative).bytes())
 
+    def write(self, relative: str, data: bytes) -> None:
+        """Put ``data`` at ``relative`` under this location, replacing what is there (readers
+        see the old bytes or the new, never a half-written file)."""
+        if self.local:
+            path = os.path.join(self.local, relative)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            partial = f"{path}.{os.getpid()}.partial"
+            with open(partial, "wb") as handle:
+                handle.write(data)
+            os.replace(partial, path)
+            return
+        import obstore
+
+        obstore.put(self._store, relative, data)
+
     def remove_tree(self) -> None:
         """Remove everything under this location (a dropped table's files)."""
         if self.local:

@@ -1,7 +1,9 @@
-"""Schedules: a duration (``30s``, ``5m``, ``1h30m``, ``2d``) or a cron expression.
+"""Schedules: a duration (``30s``, ``5m``, ``1h30m``, ``2d``), a cron expression, or ``on_commit``.
 
 An empty schedule (``None``) means CALCULATED: the stream table is refreshed when
-a downstream stream table needs it, at the tightest downstream cadence.
+a downstream stream table needs it, at the tightest downstream cadence.  ``on_commit`` has no
+clock: the stream table is refreshed when one of its sources commits (an Airflow asset watcher
+on the triggerer sees the commit, :mod:`airflow_trickle.triggers.source_commit`).
 """
 from __future__ import annotations
 
@@ -16,20 +18,24 @@ from airflow_trickle.errors import InvalidScheduleError
 #: The longest duration schedule: a year (beyond it, a cron expression says what is meant).
 MAX_EVERY = timedelta(days=366)
 
+#: The schedule of a stream table refreshed when its sources commit, not on a clock.
+ON_COMMIT = "on_commit"
+
 _DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """A parsed schedule: exactly one of ``every`` and ``cron`` is set, or neither (CALCULATED)."""
+    """A parsed schedule: one of ``every``, ``cron`` and ``on_commit`` is set, or none (CALCULATED)."""
 
     text: str | None
     every: timedelta | None = None
     cron: str | None = None
+    on_commit: bool = False
 
     @property
     def is_calculated(self) -> bool:
-        return self.every is None and self.cron is None
+        return self.every is None and self.cron is None and not self.on_commit
 
     def nominal_period(self, now: datetime | None = None) -> timedelta | None:
         """The time between two runs: the duration, or the gap between the next two cron fires."""
@@ -80,10 +86,14 @@ def parse_schedule(text: str | None, *, stream_table: str | None = None) -> Sche
     datetime.timedelta(seconds=5400)
     >>> parse_schedule("*/5 * * * *").cron
     '*/5 * * * *'
+    >>> parse_schedule("ON_COMMIT")
+    Schedule(text='on_commit', every=None, cron=None, on_commit=True)
     """
     if text is None or str(text).strip() == "":
         return Schedule(text=None)
     raw = str(text).strip()
+    if raw.lower() == ON_COMMIT:
+        return Schedule(text=ON_COMMIT, on_commit=True)
     match = _DURATION.match(raw)
     if match and any(match.groupdict().values()):
         parts = {k: int(v) for k, v in match.groupdict().items() if v}
@@ -102,5 +112,6 @@ def parse_schedule(text: str | None, *, stream_table: str | None = None) -> Sche
     raise InvalidScheduleError(
         f"invalid schedule {raw!r}",
         stream_table=stream_table,
-        hint="use a duration such as '30s', '5m', '1h30m', '1d' or a cron expression such as '*/5 * * * *'",
+        hint="use a duration such as '30s', '5m', '1h30m', '1d', a cron expression such as '*/5 * * * *', "
+             "or 'on_commit'",
     )

@@ -1,5 +1,7 @@
-"""A manual run during a scheduled one, in a live Airflow: API server, scheduler (LocalExecutor)
-and DAG processor, the refresh tasks over the test process's Spark service.
+"""A live Airflow: API server, scheduler (LocalExecutor), DAG processor and triggerer, the refresh
+tasks over the test process's Spark service. Two scenarios in one Airflow (``tests/helpers/live_airflow.py``).
+
+A manual run during a scheduled one:
 
 The scheduled run's refresh of ``a`` is held (the test helper keeps ``a``'s refresh lock, as a
 long refresh by another run would); meanwhile a manual FULL run of ``b`` is triggered through
@@ -7,12 +9,19 @@ the REST API. It must start at once and finish while the scheduled run is still 
 with the DAG-wide single run slot of old (``max_active_runs: 1``) it would queue behind it
 (checked by hand: it waited until the helper gave up). Then ``a`` refreshes, and both stream
 tables equal their queries.
+
+Refresh on commit: a source's commits, made through Spark Connect, are seen by the asset watcher
+on the triggerer and refreshed by the on-commit DAG -- each within seconds (target: a median of
+10 s or less from the source's commit to the stream table's), a burst of 20 commits in 5 s in at
+most two refreshes, and the stream tables equal to their queries after all of it.
 """
 from __future__ import annotations
 
 import json
 import subprocess
+import statistics
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -24,17 +33,27 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.spark_service
 
 
+#: The one live Airflow's result, shared by this module's tests (starting Airflow is most of the cost).
+_RESULT: dict = {}
+
+
 @pytest.fixture
-def live(tr, db, warehouse, service, tmp_path) -> dict:
-    tr.sql(f"CREATE TABLE {db}.src (k INT, v INT) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)")
-    tr.sql(f"INSERT INTO {db}.src VALUES (1, 1), (1, 2), (1, 2), (2, NULL), (3, -1), (NULL, 5)")
-    done = subprocess.run([sys.executable, "-m", "tests.helpers.live_airflow", str(tmp_path), warehouse,
-                           service.address, db], cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
-    assert "error" not in result, failure_report(result)
-    return result
+def live(tr, warehouse, service, tmp_path_factory) -> dict:
+    if not _RESULT:
+        db = f"live_{uuid.uuid4().hex[:8]}"
+        tr.sql(f"CREATE DATABASE {db}")
+        tr.sql(f"CREATE TABLE {db}.src (k INT, v INT) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+        tr.sql(f"INSERT INTO {db}.src VALUES (1, 1), (1, 2), (1, 2), (2, NULL), (3, -1), (NULL, 5)")
+        tr.sql(f"CREATE TABLE {db}.events (k INT, v INT) USING delta "
+               "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+        tr.sql(f"INSERT INTO {db}.events VALUES (1, 5), (2, 7), (NULL, 1)")
+        done = subprocess.run([sys.executable, "-m", "tests.helpers.live_airflow", str(tmp_path_factory.mktemp("live")),
+                               warehouse, service.address, db], cwd=ROOT, capture_output=True, text=True, timeout=1500)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        assert lines, done.stdout[-3000:] + done.stderr[-3000:]
+        _RESULT.update(json.loads(lines[-1][len("RESULT "):]), db=db)
+    assert "error" not in _RESULT, failure_report(_RESULT)
+    return _RESULT
 
 
 def failure_report(result: dict) -> str:
@@ -46,7 +65,8 @@ def failure_report(result: dict) -> str:
         *(k for k in result if k not in order), *order) if key in result)
 
 
-def test_a_manual_run_does_not_wait_for_a_scheduled_run_in_flight(live, tr, db):
+def test_a_manual_run_does_not_wait_for_a_scheduled_run_in_flight(live, tr):
+    db = live["db"]
     scheduled, manual = live["scheduled"], live["manual"]
     assert (scheduled["run_type"], manual["run_type"]) == ("scheduled", "manual")
     # the manual run started within seconds and ended while the scheduled one was still refreshing a
@@ -68,4 +88,30 @@ def test_a_manual_run_does_not_wait_for_a_scheduled_run_in_flight(live, tr, db):
     assert any(f"{db}.a is being refreshed by another run; waiting" in line for line in live["a_log_wait"])
     for name, query in ((f"{db}.a", f"SELECT k, SUM(v) AS total FROM {db}.src GROUP BY k"),
                         (f"{db}.b", f"SELECT k, v FROM {db}.src WHERE v > 0")):
+        assert rows(tr.read(name)) == rows(tr.sql(query)), name
+
+
+def test_commits_refresh_their_stream_tables_within_seconds_and_a_burst_coalesces(live, tr):
+    db, found = live["db"], live["on_commit"]
+    latencies = found["latencies_s"]
+    print(f"refresh on commit: latency median {statistics.median(latencies):.1f} s, max {max(latencies):.1f} s "
+          f"({latencies}); a burst of 20 commits in {found['burst_seconds']} s: "
+          f"{len(found['burst_refreshes'])} refreshes ({found['burst_refreshes']}), {len(found['burst_runs'])} runs; "
+          "phases after the commit, median / max: " + ", ".join(
+              f"{key} {statistics.median(p[key] for p in found['phases_s']):.1f} / "
+              f"{max(p[key] for p in found['phases_s']):.1f} s" for key in found["phases_s"][0]))
+    assert len(latencies) == 10 and statistics.median(latencies) <= 10.0, found
+    # 20 commits in about 5 s (Spark INSERTs from four writers): at most two refreshes, and two runs
+    assert found["burst_seconds"] <= 8, f"the writers could not keep the burst's pace: {found}"
+    assert 1 <= len(found["burst_refreshes"]) <= 2, found
+    assert 1 <= len(found["burst_runs"]) <= 2, found
+    # every run was started by the watchers' asset events, and none failed
+    assert {r["type"] for r in found["runs"].values()} == {"asset_triggered"}, found["runs"]
+    assert {r["state"] for r in found["runs"].values()} == {"success"}, found["runs"]
+    # the downstream stream table followed through the cascade of the same run
+    assert found["tasks_of_last_run"][f"{db}.big_keys"]["state"] == "success", found["tasks_of_last_run"]
+    assert found["watchers"][f"{db}.per_key"]["state"] == "watching", found["watchers"]
+    for name, query in ((f"{db}.per_key", f"SELECT k, SUM(v) AS total, COUNT(*) AS n FROM {db}.events GROUP BY k"),
+                        (f"{db}.big_keys", f"SELECT k, SUM(v) AS total FROM {db}.events GROUP BY k "
+                                           "HAVING SUM(v) > 10")):
         assert rows(tr.read(name)) == rows(tr.sql(query)), name

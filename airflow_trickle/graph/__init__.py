@@ -12,10 +12,10 @@ from airflow_trickle.graph.dependencies import (
     upstream_of,
 )
 from airflow_trickle.graph.diamonds import ConsistencyGroup, Diamond, consistency_groups, find_diamonds
-from airflow_trickle.graph.schedules import effective_periods, group_period
+from airflow_trickle.graph.schedules import CommitWatches, commit_watches, effective_periods, group_period
 
 __all__ = [
-    "ConsistencyGroup", "Diamond", "build_graph", "consistency_groups", "cycle_members", "downstream_of",
+    "CommitWatches", "ConsistencyGroup", "Diamond", "build_graph", "commit_watches", "consistency_groups", "cycle_members", "downstream_of",
     "effective_periods",
     "find_cycle", "find_diamonds", "group_period", "topological_order", "upstream_of",
 ]

@@ -29,6 +29,8 @@ class StreamTableRefreshOperator(BaseOperator):
     :param project: a :class:`~airflow_trickle.project.Project` or the path of its YAML file.
     :param stream_tables: qualified names; several only for an atomic diamond group.
     :param check_schedule: scheduled runs skip a unit that is not due (manual runs never do).
+    :param on_commit: a task of the on-commit DAG: it skips, without Spark, unless one of the
+        sources whose commits triggered the run (``triggering_asset_events``) is among its own.
     :param freshness_notifier: called with the task context (plus ``freshness_miss``) on a miss;
         a callable, an Airflow notifier instance, or the dotted path of either.
     :param conn_id: the Airflow connection of the Spark service (``spark_connect``) or of
@@ -41,8 +43,8 @@ class StreamTableRefreshOperator(BaseOperator):
     custom_operator_name = "Stream table refresh"
 
     def __init__(self, *, project: Project | str, stream_tables: list[str], check_schedule: bool = True,
-                 freshness_notifier: Any = None, conn_id: str | None = None, name: str | None = None,
-                 **kwargs) -> None:
+                 on_commit: bool = False, freshness_notifier: Any = None, conn_id: str | None = None,
+                 name: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.project = project if isinstance(project, Project) else load_project(project)
         unknown = [n for n in stream_tables if n not in self.project.stream_tables]
@@ -50,6 +52,7 @@ class StreamTableRefreshOperator(BaseOperator):
             raise ValueError(f"{unknown} are not stream tables of project {self.project.name!r}")
         self.stream_tables = list(stream_tables)
         self.check_schedule = check_schedule
+        self.on_commit = on_commit
         self.freshness_notifier = freshness_notifier or self.project.airflow.freshness_notifier
         self.conn_id = conn_id or self.project.spark.conn_id
         self.name = name or f"trickle-{'+'.join(stream_tables)}"[:200]
@@ -98,6 +101,12 @@ class StreamTableRefreshOperator(BaseOperator):
         members = selection.members(unit)
         if not members:
             raise AirflowSkipException("skipped: not selected in this manual run")
+        if self.on_commit and not _is_manual(context):
+            committed = committed_sources(context, project.name)
+            reached = {s for m in members for s in _watched_upstream(project, m)}
+            if committed is not None and not committed & reached:
+                raise AirflowSkipException(f"skipped: none of its sources committed (committed: "
+                                           f"{', '.join(sorted(committed)) or 'nothing'})")
 
         def waiting(name: str) -> None:
             self.log.info("%s is being refreshed by another run; waiting for it to finish", name)
@@ -261,6 +270,21 @@ def _run_parameters(context) -> dict:
     run = context.get("dag_run")
     conf = getattr(run, "conf", None)
     return {**(dict(conf) if isinstance(conf, dict) else {}), **dict(context.get("params") or {})}
+
+
+def committed_sources(context, project: str) -> set[str] | None:
+    """The sources whose commit watchers triggered this run (``None``: not known, e.g. a run
+    triggered by hand: then every task refreshes, and those with nothing new skip cheaply)."""
+    events = context.get("triggering_asset_events")
+    if not events:
+        return None
+    prefix = f"trickle/{project}/"
+    return {asset.name.removeprefix(prefix) for asset in events if asset.name.startswith(prefix)}
+
+
+def _watched_upstream(project: Project, name: str) -> set[str]:
+    """The watched sources whose commits reach ``name``."""
+    return {source for source, reached in project.commit_watches.refreshed.items() if name in reached}
 
 
 def _is_manual(context) -> bool:

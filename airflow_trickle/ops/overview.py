@@ -36,6 +36,18 @@ def freshness_targets(catalog) -> dict[str, timedelta | None]:
     return targets
 
 
+def commit_watchers(catalog, tables, now: datetime) -> dict[str, dict]:
+    """For each ``on_commit`` stream table of ``tables``: is a watcher alive (``watchers.py``)."""
+    from airflow_trickle.ops.watchers import read_beats, watcher_state
+    from airflow_trickle.schedule import parse_schedule
+
+    on_commit = [st.name for st in tables if st.schedule and parse_schedule(st.schedule).on_commit]
+    if not on_commit:
+        return {}
+    beats = read_beats(catalog.location)
+    return {name: watcher_state(name, beats, now) for name in on_commit}
+
+
 def overview(catalog, now: datetime, *, change_feed_warning_hours: float = 24.0) -> list[dict]:
     """One row per stream table: state, last refresh, data age against its target, recent
     refreshes, and the health of its sources' change feeds (``health.py``).
@@ -48,6 +60,7 @@ def overview(catalog, now: datetime, *, change_feed_warning_hours: float = 24.0)
         return []
     targets = freshness_targets(catalog)
     feeds = reader_status(source_health(catalog, timedelta(hours=change_feed_warning_hours), now))
+    watchers = commit_watchers(catalog, tables, now)
     history: dict[str, list] = {}
     for record in catalog.history(None, limit=RECENT * 3 * len(tables)):
         history.setdefault(record.st_name, []).append(record)
@@ -78,6 +91,7 @@ def overview(catalog, now: datetime, *, change_feed_warning_hours: float = 24.0)
             "query": st.original_query,
             "change_feed": ({"status": feeds[st.name].status, "message": feeds[st.name].message}
                             if st.name in feeds else None),
+            "watcher": watchers.get(st.name),
         })
     return rows
 

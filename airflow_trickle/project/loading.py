@@ -15,8 +15,8 @@ from airflow_trickle.graph import build_graph, consistency_groups, effective_per
 from airflow_trickle.graph import topological_order
 from airflow_trickle.model import RefreshMode
 from airflow_trickle.names import qualify_name
-from airflow_trickle.project.model import (_AIRFLOW_KEYS, _DEFAULT_KEYS, _PROJECT_KEYS, _SPARK_KEYS, _TABLE_KEYS,
-                                            DEFAULT_FRESHNESS_FACTOR, DIAMOND_CONSISTENCY,
+from airflow_trickle.project.model import (_AIRFLOW_KEYS, _DEFAULT_KEYS, _ON_COMMIT_KEYS, _PROJECT_KEYS,
+                                            _SPARK_KEYS, _TABLE_KEYS, DEFAULT_FRESHNESS_FACTOR, DIAMOND_CONSISTENCY,
                                             DIAMOND_SCHEDULE_POLICIES, AirflowSettings, Project, RefreshUnit,
                                             SparkSettings, StreamTableSpec)
 from airflow_trickle.schedule import parse_schedule
@@ -220,6 +220,26 @@ def _spark_settings(raw: dict) -> SparkSettings:
                          executor_memory=raw.get("executor_memory"), num_executors=raw.get("num_executors"))
 
 
+def _on_commit_settings(raw, project: str) -> dict[str, timedelta]:
+    """``airflow.on_commit``: ``poll_interval``, ``debounce``, ``max_wait``: each a duration
+    (``2s``, ``1m``) or a number of seconds (``0.5``)."""
+    raw = _mapping(raw, "airflow.on_commit")
+    _check_keys(raw, _ON_COMMIT_KEYS, "airflow.on_commit")
+    found = {}
+    for key, value in raw.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            found[f"on_commit_{key}"] = timedelta(seconds=value)
+            continue
+        parsed = parse_schedule(str(value)) if str(value).strip() not in ("0", "0s") else None
+        if parsed is not None and parsed.every is None:
+            raise ProjectError(f"project {project!r}: airflow.on_commit.{key} must be a duration such as '2s' "
+                               f"or a number of seconds, not {value!r}")
+        found[f"on_commit_{key}"] = parsed.every if parsed is not None else timedelta(0)
+    if found.get("on_commit_poll_interval") == timedelta(0):
+        raise ProjectError(f"project {project!r}: airflow.on_commit.poll_interval must be longer than zero")
+    return found
+
+
 def _airflow_settings(raw: dict, project: str) -> AirflowSettings:
     _check_keys(raw, _AIRFLOW_KEYS, "airflow")
     dag_id = str(raw.get("dag_id") or f"trickle_{project}")
@@ -235,6 +255,7 @@ def _airflow_settings(raw: dict, project: str) -> AirflowSettings:
         values["maintenance"] = str(values["maintenance"])
         if parse_schedule(values["maintenance"]).is_calculated:
             values["maintenance"] = None  # an empty schedule: no maintenance DAG
+    values.update(_on_commit_settings(values.pop("on_commit", None), project))
     hours = values.get("maintenance_retention_hours")
     if hours is not None and (isinstance(hours, bool) or not isinstance(hours, (int, float)) or hours < 0):
         raise ProjectError(f"project {project!r}: airflow.maintenance_retention_hours must be a number of hours "

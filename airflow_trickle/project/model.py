@@ -6,15 +6,16 @@ refresh operators and the Spark job.  No Airflow, Spark or JVM here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import timedelta
 from typing import Any
 
 import networkx as nx
 
 from airflow_trickle.config import TrickleConfig
-from airflow_trickle.graph import group_period
+from airflow_trickle.graph import commit_watches, group_period
 from airflow_trickle.model import RefreshMode
-from airflow_trickle.schedule import Schedule, format_duration, parse_schedule
+from airflow_trickle.schedule import ON_COMMIT, Schedule, format_duration, parse_schedule
 
 DIAMOND_CONSISTENCY = ("none", "atomic")
 DIAMOND_SCHEDULE_POLICIES = ("fastest", "slowest")
@@ -28,7 +29,8 @@ _DEFAULT_KEYS = {"schedule", "refresh_mode", "diamond_consistency", "diamond_sch
 _SPARK_KEYS = {"connection", "conn_id", "submit", "conf", "deploy_mode", "driver_memory", "executor_memory", "num_executors"}
 _AIRFLOW_KEYS = {"dag_id", "schedule", "pool", "tags", "freshness_notifier", "deadline", "deadline_callback",
                  "max_active_runs", "retries", "retry_delay", "start_date", "maintenance",
-                 "maintenance_retention_hours", "notes_connection"}
+                 "maintenance_retention_hours", "notes_connection", "on_commit"}
+_ON_COMMIT_KEYS = {"poll_interval", "debounce", "max_wait"}
 
 
 @dataclass(frozen=True)
@@ -158,9 +160,21 @@ class AirflowSettings:
     #: run (:mod:`airflow_trickle.operators.notes`); without one, no notes.
     notes_connection: str | None = None
 
+    #: Refresh on commit (stream tables with ``schedule: on_commit``): how often the watcher on
+    #: Airflow's triggerer reads each watched source's Delta log ...
+    on_commit_poll_interval: timedelta = timedelta(seconds=5)
+    #: ... how long after the newest commit it waits for more before it fires (a burst is one refresh) ...
+    on_commit_debounce: timedelta = timedelta(seconds=2)
+    #: ... and the longest it holds a commit back while a burst goes on.
+    on_commit_max_wait: timedelta = timedelta(seconds=30)
+
     @property
     def maintenance_dag_id(self) -> str:
         return f"{self.dag_id}__maintenance"
+
+    @property
+    def on_commit_dag_id(self) -> str:
+        return f"{self.dag_id}__on_commit"
 
 
 @dataclass
@@ -194,10 +208,11 @@ class Project:
 
     def schedule_of(self, unit: RefreshUnit) -> Schedule:
         """When ``unit`` is due: its own schedule, or a duration derived from the graph."""
-        if not unit.is_group:
-            own = parse_schedule(self.stream_tables[unit.members[0]].schedule)
-            if not own.is_calculated:
-                return own
+        own = [parse_schedule(self.stream_tables[m].schedule) for m in unit.members]
+        if not unit.is_group and not own[0].is_calculated:
+            return own[0]
+        if unit.is_group and unit.schedule_policy == "fastest" and any(s.on_commit for s in own):
+            return parse_schedule(ON_COMMIT)  # no clock is faster than a commit
         period = group_period([self.periods[m] for m in unit.members], unit.schedule_policy)
         return Schedule(text=None, every=period) if period else Schedule(text=None)
 
@@ -208,6 +223,12 @@ class Project:
             return spec.freshness
         period = self.periods.get(name)
         return None if period is None else period * self.freshness_factor
+
+    @cached_property
+    def commit_watches(self):
+        """The sources watched for this project's ``on_commit`` stream tables, and what each
+        commit refreshes (:func:`~airflow_trickle.graph.schedules.commit_watches`)."""
+        return commit_watches(self.graph, {n: s.schedule for n, s in self.stream_tables.items()})
 
     def tick(self) -> str | None:
         """The generated DAG's schedule: explicit, else the shortest effective period of any unit."""

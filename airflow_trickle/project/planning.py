@@ -136,6 +136,8 @@ def is_due(project: Project, unit: RefreshUnit, last_refreshes: dict[str, dateti
     if any(last_refreshes.get(m) is None for m in unit.members):
         return True, "never refreshed"
     schedule = project.schedule_of(unit)
+    if schedule.on_commit:  # the on-commit DAG refreshes it at each commit; here it follows its upstream
+        return True, "schedule on_commit: due in every run (nothing new beyond its frontier skips without Spark)"
     if schedule.is_calculated:
         return False, "no schedule of its own and nothing downstream has one (refresh it manually)"
     probe = now + tolerance

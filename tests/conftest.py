@@ -176,6 +176,14 @@ class Sparks:
             self.made[mode] = {"warehouse": warehouse, "service": service, "tr": trickle}
         return self.made[mode]
 
+    def release_embedded(self) -> None:
+        """Stop this process's embedded (classic) Spark, for a module that starts its own: one
+        process's embedded Spark serves one warehouse. The classic tests (one xdist group, run
+        as a unit) make a new one should they come later."""
+        made = self.made.pop("classic", None)
+        if made is not None:
+            made["tr"].close()
+
     def close(self) -> None:
         import logging
 

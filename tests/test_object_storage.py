@@ -41,7 +41,8 @@ def s3(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def s3tr(s3):
+def s3tr(s3, sparks):
+    sparks.release_embedded()  # should the classic tests have run first in this process
     tr = Trickle(warehouse=s3.warehouse, spark_master="local[2]", storage_options=s3.storage_options,
                  lease_seconds=LEASE_SECONDS, **TEST_SETTINGS)
     tr.spark  # noqa: B018 - start the JVM once
@@ -82,6 +83,50 @@ def test_a_lease_is_exclusive_renewed_released_taken_over_when_lapsed_and_fences
     with pytest.raises(LeaseLostError, match="taken by another writer"):
         second.fence("db.t")    # the old holder must not commit
     third.release()
+
+
+def test_a_store_that_stalls_does_not_hand_a_renewed_lease_to_a_waiter(s3, monkeypatch):
+    """The store stalls longer than the lease (a store or host under load): the holder's renewal
+    and the waiter's read both wait, and the read is answered first, with the version the waiter
+    saw before the stall. The lease was not proven unrenewed for its length -- the read was asked
+    a moment after the first answer -- so the waiter must not take it (it did, in a loaded CI run:
+    the holder's next renewal was refused, its refresh failed)."""
+    import obstore
+
+    catalog = Location(s3.warehouse, s3.storage_options).child("_lease_stall_test")
+    holder = WriterLease(catalog, ["db.t"], 2.0).acquire()
+    real_get, real_put = obstore.get, obstore.put
+    stall = {"on": False, "reads": 0}
+    read_answered = threading.Event()
+
+    def stalled_get(store, path, *args, **kwargs):
+        answer = real_get(store, path, *args, **kwargs)  # what the store serves when the stall starts
+        stall["reads"] += 1
+        if stall["reads"] == 2:  # the waiter's second look: the stall begins as it asks
+            stall["on"] = True
+            time.sleep(3.0)      # longer than the lease
+            stall["on"] = False
+            read_answered.set()
+        return answer
+
+    def stalled_put(store, path, *args, **kwargs):
+        if stall["on"]:
+            read_answered.wait(10)  # the renewal is answered after the read
+        return real_put(store, path, *args, **kwargs)
+
+    monkeypatch.setattr(obstore, "get", stalled_get)
+    monkeypatch.setattr(obstore, "put", stalled_put)
+    waiter = WriterLease(catalog, ["db.t"], 2.0)
+    waiting = threading.Thread(target=waiter.acquire)
+    waiting.start()
+    assert read_answered.wait(15)
+    time.sleep(1.0)
+    assert waiting.is_alive(), "the waiter took a lease its holder kept renewing"
+    holder.fence("db.t")  # still the holder's
+    holder.release()
+    waiting.join(10)
+    assert not waiting.is_alive()
+    waiter.release()
 
 
 # -- every verb on the S3 warehouse ----------------------------------------------------------------

@@ -93,3 +93,20 @@ def test_a_table_gone_from_disk_is_dropped_by_name(tmp_path):
     shutil.rmtree(tmp_path / "shop.db" / "a")
     session.sync_warehouse_tables(spark, str(tmp_path))
     assert spark.statements == ["DROP TABLE IF EXISTS `shop`.`a`"]
+
+
+def test_a_session_already_running_for_another_warehouse_is_refused_not_reused(tmp_path, monkeypatch):
+    """``getOrCreate`` would hand back a running session whose warehouse is fixed at its start,
+    and every table would land in the other warehouse: refused, naming both (no JVM: the
+    running session is a stand-in)."""
+    from pyspark import SparkContext
+
+    from airflow_trickle.config import TrickleConfig
+    from airflow_trickle.errors import TrickleError
+
+    conf = type("Conf", (), {"get": lambda self, key, default=None: "file:/data/first"})()
+    monkeypatch.setattr(SparkContext, "_active_spark_context", type("Context", (), {"getConf": lambda self: conf})())
+    with pytest.raises(TrickleError, match=r"already runs an embedded Spark session for the warehouse "
+                                           r"'file:/data/first'; it cannot serve '.*second'"):
+        session.build_session(TrickleConfig(), str(tmp_path / "second"))
+    assert session.same_warehouse("file:/data/first", "/data/first/")

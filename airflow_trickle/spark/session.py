@@ -12,11 +12,13 @@ spark-submit jobs use the metastore instead, and names are shared through it.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from airflow_trickle.config import TrickleConfig
+from airflow_trickle.errors import TrickleError
 from airflow_trickle.names import quote_string
 from airflow_trickle.spark.jars import delta_jars_conf, remember_resolved_jars, s3a_jars
 
@@ -69,6 +71,15 @@ def build_session(config: TrickleConfig, warehouse: str):
     local = local_path(warehouse)
     if local:
         Path(local).mkdir(parents=True, exist_ok=True)
+    running = running_warehouse()
+    if running is not None and not same_warehouse(running, warehouse):
+        # getOrCreate would hand back that session, whose warehouse is fixed at its start: every
+        # table created here would land in the other warehouse
+        raise TrickleError(
+            f"this process already runs an embedded Spark session for the warehouse "
+            f"{running!r}; it cannot serve {warehouse!r}",
+            hint="one process's embedded Spark serves one warehouse: close the other Trickle first "
+                 "(tr.close()), run over a Spark service (remote=...), or pass that session as spark=")
     builder = SparkSession.builder.master(config.spark_master).appName("airflow_trickle")
     for key, value in session_conf(config, warehouse).items():
         builder = builder.config(key, value)
@@ -92,6 +103,33 @@ def _quiet_query_errors(spark) -> None:
 def default_warehouse(spark) -> str:
     """The warehouse directory of a session the user brought."""
     return spark.conf.get("spark.sql.warehouse.dir")
+
+
+def running_warehouse() -> str | None:
+    """The warehouse of the embedded Spark this process already runs (``None``: none runs).
+    Asked of the running SparkContext, not of ``SparkSession.getActiveSession()``: once a
+    process has made a Spark Connect session, that answers with the Connect one."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    return None if context is None else context.getConf().get("spark.sql.warehouse.dir", None)
+
+
+def same_warehouse(first: str, second: str) -> bool:
+    """Whether two spellings name one warehouse (``file:/w`` and ``/w/``; ``s3a://`` and ``s3://``).
+
+    >>> same_warehouse("file:/data/wh", "/data/wh/"), same_warehouse("s3a://b/wh", "s3://b/wh")
+    (True, True)
+    >>> same_warehouse("/data/wh", "/data/other")
+    False
+    """
+    def spelled(location: str) -> str:
+        local = local_path(location)
+        if local:
+            return local.rstrip("/")
+        return re.sub(r"^s3[an]?://", "s3://", location).rstrip("/")
+
+    return spelled(first) == spelled(second)
 
 
 def local_path(location: str) -> str | None:

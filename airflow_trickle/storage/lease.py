@@ -124,6 +124,7 @@ class WriterLease:
                     break
                 except AlreadyExistsError:
                     pass
+                asked = time.monotonic()
                 try:
                     current = obstore.get(self._store(), path)
                 except FileNotFoundError:
@@ -133,10 +134,12 @@ class WriterLease:
                     state = json.loads(bytes(current.bytes()))
                 except ValueError:
                     state = {}
-                now = time.monotonic()
                 if watched is None or watched[0] != etag:
-                    watched = (etag, now)
-                if state.get("released") or now - watched[1] >= float(state.get("seconds") or self.seconds):
+                    watched = (etag, time.monotonic())
+                # the lease was unrenewed from (at the latest) the answer that first showed this
+                # version to (at the earliest) the asking of the one that shows it still: a slow
+                # answer -- a store or a host under load -- must not count as the holder's silence
+                if state.get("released") or asked - watched[1] >= float(state.get("seconds") or self.seconds):
                     sent = time.monotonic()
                     try:
                         put = obstore.put(self._store(), path, self._body(name), mode={"e_tag": etag})

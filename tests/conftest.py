@@ -177,12 +177,25 @@ class Sparks:
         return self.made[mode]
 
     def release_embedded(self) -> None:
-        """Stop this process's embedded (classic) Spark, for a module that starts its own: one
-        process's embedded Spark serves one warehouse. The classic tests (one xdist group, run
-        as a unit) make a new one should they come later."""
+        """Stop this process's embedded (classic) Spark and its JVM, for a module that starts a
+        Spark of its own: one process's embedded Spark serves one warehouse, and a JVM started
+        without the S3A jars cannot load them later (a new session in it failed with
+        ``S3AFileSystem not found``). The classic tests (one xdist group, run as a unit) make a
+        new one should they come later."""
         made = self.made.pop("classic", None)
-        if made is not None:
-            made["tr"].close()
+        if made is None:
+            return
+        made["tr"].close()
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        if gateway is not None:  # the next session launches a JVM of its own
+            gateway.shutdown()
+            process = getattr(gateway, "proc", None)
+            if process is not None:
+                process.stdin.close()  # the JVM exits when its parent's pipe closes
+                process.wait(60)
+            SparkContext._gateway = SparkContext._jvm = None
 
     def close(self) -> None:
         import logging

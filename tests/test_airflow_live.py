@@ -101,7 +101,7 @@ def test_commits_refresh_their_stream_tables_within_seconds_and_a_burst_coalesce
               f"{key} {statistics.median(p[key] for p in found['phases_s']):.1f} / "
               f"{max(p[key] for p in found['phases_s']):.1f} s" for key in found["phases_s"][0]))
     assert len(latencies) == 10 and statistics.median(latencies) <= 10.0, found
-    # 20 commits in about 5 s (Spark INSERTs from four writers): at most two refreshes, and two runs
+    # 20 commits in about 5 s (delta-rs appends): at most two refreshes, and two runs
     assert found["burst_seconds"] <= 8, f"the writers could not keep the burst's pace: {found}"
     assert 1 <= len(found["burst_refreshes"]) <= 2, found
     assert 1 <= len(found["burst_runs"]) <= 2, found

@@ -129,6 +129,42 @@ def test_a_store_that_stalls_does_not_hand_a_renewed_lease_to_a_waiter(s3, monke
     waiter.release()
 
 
+def test_a_write_whose_answer_is_lost_and_whose_retry_is_refused_is_still_the_holders(s3, monkeypatch):
+    """A conditional PUT lands, its answer is lost (a connection reset under load), the client or
+    a proxy retries it, and the store refuses the retry (412: the first try changed the ETag).
+    The lease object then holds the writer's own write: its renewal, and its create, must not
+    read that as a takeover. (The append race below failed in two loaded CI runs with "taken by
+    another writer" and no takeover logged; a lost answer retried -- by the client, or by the
+    race's crossing proxy, which sends a request again once when its upstream drops the
+    connection -- is how a holder that renewed on time reads its own write as somebody else's.)"""
+    import obstore
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    catalog = Location(s3.warehouse, s3.storage_options).child("_lease_retry_test")
+    real_put = obstore.put
+    lose = {"next": None}
+
+    def put(store, path, *args, **kwargs):
+        answer = real_put(store, path, *args, **kwargs)
+        refused, lose["next"] = lose["next"], None
+        if refused is not None:
+            raise refused("the retry of a PUT that landed")
+        return answer
+
+    monkeypatch.setattr(obstore, "put", put)
+    lose["next"] = AlreadyExistsError  # the create lands; its retry finds the object there
+    holder = WriterLease(catalog, ["db.t"], 5.0).acquire()
+    assert holder._held["db.t"].etag
+    lose["next"] = PreconditionError   # a renewal lands; its retry no longer matches the ETag
+    holder.fence("db.t")
+    holder.fence("db.t")               # renewed again on the ETag of the write that landed
+    other = WriterLease(catalog, ["db.t"], 5.0)
+    other.holder, other._held = "someone else", {}
+    holder.release()
+    assert other.acquire()._held["db.t"] and other.waited < 2.0  # released: taken at once
+    other.release()
+
+
 # -- every verb on the S3 warehouse ----------------------------------------------------------------
 
 

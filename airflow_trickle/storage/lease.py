@@ -134,6 +134,11 @@ class WriterLease:
                     state = json.loads(bytes(current.bytes()))
                 except ValueError:
                     state = {}
+                if state.get("holder") == self.holder and not state.get("released"):
+                    # our own create or takeover landed, its answer lost and the retry refused;
+                    # sent no earlier than this wait began (what "ours for sure" may count from)
+                    self._held[name] = _Held(name, etag, started + self.seconds)
+                    break
                 if watched is None or watched[0] != etag:
                     watched = (etag, time.monotonic())
                 # the lease was unrenewed from (at the latest) the answer that first showed this
@@ -173,14 +178,32 @@ class WriterLease:
                 put = obstore.put(self._store(), f"{held.name}.json", self._body(held.name, renewals=held.renewals + 1),
                                   mode={"e_tag": held.etag})
             except PreconditionError:
-                held.lost = "its writer lease was taken by another writer (this one stopped renewing it)"
-                raise LeaseLostError(held.lost, stream_table=held.name) from None
+                landed = self._still_ours(held.name)
+                if landed is None:
+                    held.lost = "its writer lease was taken by another writer (this one stopped renewing it)"
+                    raise LeaseLostError(held.lost, stream_table=held.name) from None
+                put = {"e_tag": landed}  # our renewal landed; its answer was lost and the retry refused
             except Exception as err:  # noqa: BLE001 - the store is unreachable: held until valid_until
                 if time.monotonic() >= held.valid_until:
                     held.lost = f"its writer lease lapsed: it could not be renewed ({err})"
                     raise LeaseLostError(held.lost, stream_table=held.name) from err
                 raise
             held.etag, held.valid_until, held.renewals = put["e_tag"], sent + self.seconds, held.renewals + 1
+
+    def _still_ours(self, name: str) -> str | None:
+        """The lease object's ETag when it still names this holder (not released), else None.
+
+        A conditional PUT whose answer is lost -- a connection reset by a proxy or a store under
+        load -- is retried by the client, and the retry is refused (412) because the first try
+        landed: the object then holds our own write, which must not pass for a takeover."""
+        import obstore
+
+        try:
+            current = obstore.get(self._store(), f"{name}.json")
+            state = json.loads(bytes(current.bytes()))
+        except (FileNotFoundError, ValueError):
+            return None
+        return current.meta["e_tag"] if state.get("holder") == self.holder and not state.get("released") else None
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.seconds / 4):

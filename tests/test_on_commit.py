@@ -271,3 +271,23 @@ def test_status_says_when_no_watcher_polls_an_on_commit_table(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     header, _, line = done.stdout.splitlines()
     assert header.split()[-1] == "watcher" and "on_commit" in line and "no watcher has polled its sources" in line
+
+
+def test_a_source_the_watcher_cannot_read_shows_in_status_and_does_not_stop_it(tmp_path):
+    missing = tmp_path / "wh" / "s" / "gone"  # the catalog says the source lives here; it does not
+    _catalog_with_reader(tmp_path / "wh", missing, frontier=0)
+    trigger = _trigger(tmp_path / "wh")
+
+    async def watch_a_while():
+        running = asyncio.create_task(anext(trigger.run()))
+        await asyncio.sleep(1.0)  # a score of failed polls: no event, and the trigger still runs
+        assert not running.done()
+        running.cancel()
+
+    asyncio.run(watch_a_while())
+    from airflow_trickle.ops.watchers import read_beats, watcher_state
+
+    (beat,) = read_beats(CatalogStore(str(tmp_path / "wh" / "_trickle")).location)
+    assert beat["error"]
+    state = watcher_state("s.totals", [beat], utcnow())
+    assert state["state"] == "stale" and state["message"].startswith("the watcher cannot read s.src: "), state

@@ -85,6 +85,10 @@ class SourceLog:
                                  if d.source_name == self.source and d.source_location), None)
         return (-1 if lowest is None else lowest), location
 
+    def forget(self) -> None:
+        """Drop the open handle (the source may have been recreated): the next poll opens it anew."""
+        self._table = None
+
     def newest(self, location: str) -> int:
         """The source's newest version: the open handle brought up to date."""
         from deltalake import DeltaTable
@@ -159,7 +163,8 @@ class SourceCommitTrigger(BaseEventTrigger):
             except Exception as err:  # noqa: BLE001 - a source being recreated, a network blip: retried
                 self.log.warning("watching %s: %s (retrying in %.0f s)", self.source, err, self.poll_interval)
                 beat["error"] = f"{type(err).__name__}: {err}"[:500]
-                location, log._table = None, None
+                location = None
+                log.forget()
             if event is not None:
                 event = {"source": self.source, "project": self.project, **event}
                 beat["fired_at"] = utcnow().isoformat()

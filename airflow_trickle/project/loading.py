@@ -229,12 +229,14 @@ def _on_commit_settings(raw, project: str) -> dict[str, timedelta]:
     for key, value in raw.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
             found[f"on_commit_{key}"] = timedelta(seconds=value)
-            continue
-        parsed = parse_schedule(str(value)) if str(value).strip() not in ("0", "0s") else None
-        if parsed is not None and parsed.every is None:
-            raise ProjectError(f"project {project!r}: airflow.on_commit.{key} must be a duration such as '2s' "
-                               f"or a number of seconds, not {value!r}")
-        found[f"on_commit_{key}"] = parsed.every if parsed is not None else timedelta(0)
+        elif str(value).strip() in ("0", "0s"):  # a zero debounce: fire at the first poll that sees a commit
+            found[f"on_commit_{key}"] = timedelta(0)
+        else:
+            every = parse_schedule(str(value)).every
+            if every is None:
+                raise ProjectError(f"project {project!r}: airflow.on_commit.{key} must be a duration such as '2s' "
+                                   f"or a number of seconds, not {value!r}")
+            found[f"on_commit_{key}"] = every
     if found.get("on_commit_poll_interval") == timedelta(0):
         raise ProjectError(f"project {project!r}: airflow.on_commit.poll_interval must be longer than zero")
     return found

@@ -134,7 +134,7 @@ class WriterLease:
                     state = json.loads(bytes(current.bytes()))
                 except ValueError:
                     state = {}
-                if state.get("holder") == self.holder and not state.get("released"):
+                if self._names_us(state):
                     # our own create or takeover landed, its answer lost and the retry refused;
                     # sent no earlier than this wait began (what "ours for sure" may count from)
                     self._held[name] = _Held(name, etag, started + self.seconds)
@@ -203,7 +203,11 @@ class WriterLease:
             state = json.loads(bytes(current.bytes()))
         except (FileNotFoundError, ValueError):
             return None
-        return current.meta["e_tag"] if state.get("holder") == self.holder and not state.get("released") else None
+        return current.meta["e_tag"] if self._names_us(state) else None
+
+    def _names_us(self, state: dict) -> bool:
+        """Whether a lease object's content is this holder's, and not released."""
+        return state.get("holder") == self.holder and not state.get("released")
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.seconds / 4):

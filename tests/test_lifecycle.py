@@ -322,3 +322,50 @@ def test_tables_made_by_another_application_are_visible_by_name(tr, db, warehous
     run_cli("--embedded", "sql", f"CREATE TABLE {db}.made_elsewhere USING delta AS SELECT 42 AS x",
             warehouse=warehouse, env=subprocess_env)
     assert rows(tr.sql(f"SELECT * FROM {db}.made_elsewhere")) == [(42,)]
+
+
+def test_a_create_racing_another_sessions_sync_of_the_warehouse_succeeds(tr, db, service):
+    """Another task's session on the same Spark syncs the warehouse while a stream table's
+    storage is made: a managed CREATE committed the table and registered its name after, and a
+    sync in between registered it first (the create failed with TABLE_OR_VIEW_ALREADY_EXISTS:
+    34 of 40 creates against a sync in a loop, and once in CI)."""
+    import threading
+
+    from airflow_trickle.model import StorageLayout
+    from airflow_trickle.spark.delta import table_location
+    from airflow_trickle.spark.session import sync_warehouse_tables
+    from airflow_trickle.storage.tables import create_storage_table
+
+    if service is not None:
+        from pyspark.sql import SparkSession
+
+        other = SparkSession.builder.remote(service.address).create()
+    else:
+        other = tr.spark.newSession()
+    stop, failures = threading.Event(), []
+
+    def sync_in_a_loop():
+        while not stop.is_set():
+            try:
+                sync_warehouse_tables(other, tr.location)
+            except Exception as err:  # noqa: BLE001 - reported below
+                failures.append(f"sync: {err}")
+
+    syncer = threading.Thread(target=sync_in_a_loop)
+    syncer.start()
+    names = [f"{db}.made_{i}" for i in range(8)]
+    try:
+        for name in names:
+            try:
+                create_storage_table(tr.spark, name, [("a", "INT"), ("b", "STRING")], StorageLayout())
+            except Exception as err:  # noqa: BLE001 - reported below
+                failures.append(f"{name}: {str(err)[:200]}")
+    finally:
+        stop.set()
+        syncer.join()
+    assert failures == []
+    for name in names:  # where a managed table would be, with its columns, seen by both sessions
+        assert table_location(tr.spark, name).rstrip("/").endswith(f"{db}.db/{name.split('.')[1]}")
+        assert [f.name for f in other.table(name).schema.fields][:2] == ["a", "b"]
+    with pytest.raises(AlreadyExistsError):
+        create_storage_table(tr.spark, names[0], [("a", "INT")], StorageLayout())

@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 
 from airflow_trickle.model import DUP, ROW_ID, StorageLayout
-from airflow_trickle.names import quote_name, quote_string
+from airflow_trickle.errors import AlreadyExistsError, CatalogError
+from airflow_trickle.names import quote_name, quote_string, split_name
 
 TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
@@ -59,8 +60,35 @@ def create_storage_table(spark, name: str, columns: list[tuple[str, str]], stora
     column_ddl = ", ".join(f"`{col}` {kind}" for col, kind in columns)
     hidden_ddl = ", ".join(f"`{col}` {kind} NOT NULL" if col in (ROW_ID, DUP) else f"`{col}` {kind}"
                            for col, kind in storage.hidden_columns())
-    spark.sql(f"CREATE TABLE {quote_name(name)} ({column_ddl}, {hidden_ddl}) USING delta "
-              f"TBLPROPERTIES ({_properties_sql([col for col, _ in columns], properties)})")
+    body = (f"({column_ddl}, {hidden_ddl}) USING delta "
+            f"TBLPROPERTIES ({_properties_sql([col for col, _ in columns], properties)})")
+    from airflow_trickle.spark.session import uses_in_memory_catalog
+
+    if not uses_in_memory_catalog(spark):  # a metastore: a managed table, named where it is made
+        spark.sql(f"CREATE TABLE {quote_name(name)} {body}")
+        return
+    # On the in-memory catalog every session that syncs the warehouse (``sync_warehouse_tables``)
+    # registers the Delta tables it finds in storage.  A managed CREATE commits the table's first
+    # version and only then registers the name: a sync in between (another task's session on the
+    # same Spark service) registers it first, and the CREATE fails with TABLE_OR_VIEW_ALREADY_EXISTS
+    # (seen in CI; 34 of 40 creates failed against a sync in a loop).  So: make the Delta table at
+    # the place a managed one would get, then register the name the way a sync does -- whichever
+    # registers first, both point at the same table.
+    if spark.catalog.tableExists(name):  # checked by the definition's analysis; made sure of here
+        raise AlreadyExistsError("a table of this name already exists", stream_table=name)
+    location = _default_location(spark, name)
+    spark.sql(f"CREATE TABLE delta.`{location.replace('`', '``')}` {body}")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {quote_name(name)} USING delta LOCATION {quote_string(location)}")
+
+
+def _default_location(spark, name: str) -> str:
+    """Where a managed table ``name`` would be stored: ``<database location>/<table>``."""
+    database, table = split_name(name)
+    rows = spark.sql(f"DESCRIBE DATABASE EXTENDED `{database}`").collect()
+    where = next((r[1] for r in rows if str(r[0]).strip().lower() == "location"), None)
+    if not where:
+        raise CatalogError(f"the location of its database is not known: {rows}", stream_table=name)
+    return f"{where.rstrip('/')}/{table.lower()}"
 
 
 def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: StorageLayout,

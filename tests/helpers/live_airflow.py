@@ -181,7 +181,7 @@ class LiveAirflow:
         """The last warning and error lines of every task log: why a task failed or was killed."""
         found = {}
         for log in self.task_logs():
-            bad = [line[:400] for line in log.read_text(errors="replace").splitlines()
+            bad = [_problem(line) for line in log.read_text(errors="replace").splitlines()
                    if '"level":"error"' in line or '"level":"warning"' in line]
             if bad:
                 found[str(log.relative_to(self.home / "logs"))] = bad[-lines:]
@@ -382,6 +382,22 @@ def refresh_on_commit(airflow: LiveAirflow, warehouse: str, spark_address: str, 
     found["watchers"] = watcher_states(catalog, db)
     spark.stop()
     return found
+
+
+def _problem(line: str) -> str:
+    """A task log's warning or error line, cut short -- but for a failure, its exception and the
+    frames nearest to it in full (a failure's line is mostly the traceback, and the cause is last)."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line[:400]
+    details = entry.get("error_detail") or []
+    if not details:
+        return line[:400]
+    return " | ".join(
+        f"{d.get('exc_type')}: {str(d.get('exc_value'))[:1500]} at " + "; ".join(
+            f"{f.get('filename')}:{f.get('lineno')} {f.get('name')}" for f in (d.get("frames") or [])[-4:])
+        for d in details)
 
 
 def _epoch(iso: str) -> float:

@@ -31,6 +31,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -223,16 +224,19 @@ def trial(tr, scenario: Scenario, operation: str, kill_after_s: float, rng: rand
         raise ValueError(f"unknown session {session!r}; one of {SESSIONS}")
     change_sources(tr, scenario, rng)
     remote = scenario.remote if session == "connect" else "-"
+    errors = tempfile.TemporaryFile(mode="w+")  # why a child that did not start did not
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.kill_trials", "child", scenario.warehouse, remote, scenario.db,
          operation, *scenario.queries],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE, stderr=errors,
         text=True, start_new_session=True)
     try:
         line = child.stdout.readline()
         if line.strip() != "READY":
             child.wait(timeout=60)
-            raise RuntimeError(f"the child did not start ({child.returncode}): {line!r}")
+            errors.seek(0)
+            raise RuntimeError(f"the child did not start ({child.returncode}): {line!r}; "
+                               f"its stderr ends: {errors.read()[-3000:]}")
         time.sleep(kill_after_s)
         killed = child.poll() is None
         if killed:
@@ -240,6 +244,7 @@ def trial(tr, scenario: Scenario, operation: str, kill_after_s: float, rng: rand
     finally:
         child.wait(timeout=60)
         child.stdout.close()
+        errors.close()
     return Trial(operation, session, kill_after_s, killed, check(tr, scenario))
 
 

@@ -145,6 +145,19 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("spark_mode", modes, indirect=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_connect_mark_left_behind():
+    """pyspark's ``SparkSession.builder.remote(...)`` marks the whole process as Spark Connect
+    (``SPARK_CONNECT_MODE_ENABLED``); a test that leaves the mark breaks every classic Spark
+    started after it in this process and its children (a kill trial's child failed with
+    CONNECT_URL_NOT_SET).  ``connect_session`` takes the mark off; a test that leaves it fails."""
+    before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    yield
+    if before is None and os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None) is not None:
+        pytest.fail("this test left SPARK_CONNECT_MODE_ENABLED set: make Connect sessions with "
+                    "airflow_trickle.spark.session.connect_session")
+
+
 @pytest.fixture
 def spark_mode(request) -> str:
     return request.param

@@ -336,9 +336,10 @@ def test_a_create_racing_another_sessions_sync_of_the_warehouse_succeeds(tr, db,
     from airflow_trickle.spark.session import sync_warehouse_tables
     from airflow_trickle.storage.tables import create_storage_table
 
-    if service is not None:
-        from pyspark.sql import SparkSession
+    if service is not None:  # the product's own: pyspark's builder marks the process as Connect
+        from airflow_trickle.spark.session import connect_session
 
+        from pyspark.sql import SparkSession
         other = SparkSession.builder.remote(service.address).create()
     else:
         other = tr.spark.newSession()

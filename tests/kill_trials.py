@@ -216,6 +216,10 @@ class Trial:
         return not self.problems
 
 
+#: What makes pyspark in a child start Spark Connect rather than the classic Spark it is asked for.
+_CONNECT_MARKS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+
+
 def trial(tr, scenario: Scenario, operation: str, kill_after_s: float, rng: random.Random, *,
           session: str = "connect") -> Trial:
     """Change the sources, start ``operation`` in a child (its Spark: ``session``), kill it
@@ -228,7 +232,8 @@ def trial(tr, scenario: Scenario, operation: str, kill_after_s: float, rng: rand
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.kill_trials", "child", scenario.warehouse, remote, scenario.db,
          operation, *scenario.queries],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE, stderr=errors,
+        cwd=REPO, env={**{k: v for k, v in os.environ.items() if k not in _CONNECT_MARKS}, "PYTHONPATH": REPO},
+        stdout=subprocess.PIPE, stderr=errors,
         text=True, start_new_session=True)
     try:
         line = child.stdout.readline()

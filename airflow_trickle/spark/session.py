@@ -177,7 +177,7 @@ def sync_warehouse_tables(spark, warehouse: "Location") -> None:
         name = f"{_quoted(database)}.{_quoted(table)}"
         if table and not (databases[database] and spark.catalog.tableExists(name)):
             try:
-                spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION {quote_string(on_disk[key])}")
+                name_table_at(spark, name, on_disk[key])
             except Exception:  # noqa: BLE001 - a table being created or dropped right now: next sync
                 continue
         seen.add(key)
@@ -189,6 +189,12 @@ def sync_warehouse_tables(spark, warehouse: "Location") -> None:
                 spark.sql(f"DROP TABLE IF EXISTS {_quoted(database)}.{_quoted(table)}")
             except Exception:  # noqa: BLE001 - the name is unusable either way; the next sync retries
                 seen.add(key)
+
+
+def name_table_at(spark, quoted_name: str, location: str) -> None:
+    """Register the Delta table at ``location`` as ``quoted_name`` (external), unless the name
+    is taken: how a sync names what it finds, and how a stream table's storage is named."""
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {quoted_name} USING delta LOCATION {quote_string(location)}")
 
 
 #: Per (session, warehouse): the tables a sync saw in storage (and made visible by name).

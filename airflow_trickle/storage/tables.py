@@ -62,7 +62,7 @@ def create_storage_table(spark, name: str, columns: list[tuple[str, str]], stora
                            for col, kind in storage.hidden_columns())
     body = (f"({column_ddl}, {hidden_ddl}) USING delta "
             f"TBLPROPERTIES ({_properties_sql([col for col, _ in columns], properties)})")
-    from airflow_trickle.spark.session import uses_in_memory_catalog
+    from airflow_trickle.spark.session import name_table_at, uses_in_memory_catalog
 
     if not uses_in_memory_catalog(spark):  # a metastore: a managed table, named where it is made
         spark.sql(f"CREATE TABLE {quote_name(name)} {body}")
@@ -78,7 +78,7 @@ def create_storage_table(spark, name: str, columns: list[tuple[str, str]], stora
         raise AlreadyExistsError("a table of this name already exists", stream_table=name)
     location = _default_location(spark, name)
     spark.sql(f"CREATE TABLE delta.`{location.replace('`', '``')}` {body}")
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {quote_name(name)} USING delta LOCATION {quote_string(location)}")
+    name_table_at(spark, quote_name(name), location)
 
 
 def _default_location(spark, name: str) -> str:

@@ -150,12 +150,13 @@ def _no_connect_mark_left_behind():
     """pyspark marks a process that made a Spark Connect session as Spark Connect
     (``SPARK_CONNECT_MODE_ENABLED``); the mark breaks every classic Spark started after it in
     this process and its children (a kill trial's child failed with CONNECT_URL_NOT_SET).
-    ``connect_session`` takes it off, but the mark came back in one test's run for reasons not
-    yet found: each test's mark is taken off after it."""
+    ``connect_session`` takes it off; a test that makes a Connect session another way fails
+    here, and the mark is taken off so that the tests after it are not hurt."""
     before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
     yield
-    if before is None:
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    if before is None and os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None) is not None:
+        pytest.fail("this test left pyspark's Spark Connect mark (SPARK_CONNECT_MODE_ENABLED) on the test "
+                    "process: make Connect sessions with airflow_trickle.spark.session.connect_session")
 
 
 @pytest.fixture

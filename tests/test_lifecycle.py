@@ -339,8 +339,7 @@ def test_a_create_racing_another_sessions_sync_of_the_warehouse_succeeds(tr, db,
     if service is not None:  # the product's own: pyspark's builder marks the process as Connect
         from airflow_trickle.spark.session import connect_session
 
-        from pyspark.sql import SparkSession
-        other = SparkSession.builder.remote(service.address).create()
+        other = connect_session(service.address, tr.config)
     else:
         other = tr.spark.newSession()
     stop, failures = threading.Event(), []

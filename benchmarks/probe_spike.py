@@ -7,9 +7,12 @@ side by side and taking turns:
 
 * ``delta scan + semi-join``   -- the Delta table read whole, the keys broadcast (today's plan);
 * ``cached + semi-join``       -- a cached projection in Spark memory, the keys broadcast;
-* ``cached sorted + IN``       -- a cached projection sorted by the key, probed with the keys as
-                                   literals, so the in-memory scan skips column batches whose
-                                   [min, max] holds none of them (``--batch-rows`` per batch);
+* ``cached sorted``            -- the same sorted by the key (``--batch-rows`` per batch); with
+                                   ``--in-list`` also probed with the keys as literals, so the
+                                   in-memory scan skips batches whose [min, max] holds none;
+* ``sorted Delta copy``        -- lineitem sorted by the key in small files, probed with the
+                                   keys' widest-gap ranges as literals (Delta's file skipping),
+                                   by the random keys and by the newest keys (as appends bring);
 * ``plain``                    -- the whole join + aggregate (q12's shape: its filters on
                                    lineitem, its priority count), the recompute a user would run.
 
@@ -34,13 +37,10 @@ from tests import tpch  # noqa: E402
 LINEITEM = "l_orderkey, l_shipmode, l_commitdate, l_receiptdate, l_shipdate"
 
 
-def timed(run, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+def timed(run) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
 
 
 def key_ranges(keys: list[int], most: int) -> list[tuple[int, int]]:
@@ -79,18 +79,23 @@ def main() -> int:
         print(f"SF {args.scale:g} loaded in {time.perf_counter() - started:.0f} s", flush=True)
     rows = spark.sql("SELECT COUNT(*) FROM tpch.lineitem").first()[0]
     keys = [r[0] for r in spark.sql(f"SELECT o_orderkey FROM tpch.orders ORDER BY rand(7) LIMIT {args.keys}").collect()]
-    spark.createDataFrame([(k,) for k in keys], "k BIGINT").createOrReplaceTempView("probe_keys")
+
+    def keys_view(view: str, values: list[int]) -> None:
+        spark.createDataFrame([(k,) for k in values], "k BIGINT").createOrReplaceTempView(view)
+
+    keys_view("probe_keys", keys)
     ordered = sorted(keys)  # chunks of neighbouring keys: Spark builds a batch filter one level deep per literal
     literals = " OR ".join(f"l_orderkey IN ({', '.join(str(k) for k in ordered[i:i + 64])})"
                            for i in range(0, len(ordered), 64))
     consume = "SELECT l_shipmode, COUNT(*) AS n, MAX(l_receiptdate) AS r FROM ({}) AS s GROUP BY l_shipmode"
-    semi = f"SELECT /*+ BROADCAST(k) */ {LINEITEM} FROM {{}} l LEFT SEMI JOIN probe_keys k ON l.l_orderkey = k.k"
-    inlist = f"SELECT {LINEITEM} FROM {{}} WHERE {literals}"
+    semi = (f"SELECT /*+ BROADCAST(k) */ {LINEITEM} FROM {{table}} l LEFT SEMI JOIN {{keys}} k "
+            "ON l.l_orderkey = k.k")
+    inlist = f"SELECT {LINEITEM} FROM {{table}} WHERE {literals}"
     plain = ("SELECT l_shipmode, SUM(CASE WHEN o_orderpriority IN ('1-URGENT', '2-HIGH') THEN 1 ELSE 0 END) h, "
              "COUNT(*) n FROM tpch.orders JOIN tpch.lineitem ON o_orderkey = l_orderkey "
              "WHERE l_shipmode IN ('MAIL', 'SHIP') AND l_commitdate < l_receiptdate AND l_shipdate < l_commitdate "
              "GROUP BY l_shipmode")
-    runs = {"delta scan + semi-join": lambda: spark.sql(consume.format(semi.format("tpch.lineitem"))).collect(),
+    runs = {"delta scan + semi-join": lambda: spark.sql(consume.format(semi.format(table="tpch.lineitem", keys="probe_keys"))).collect(),
             "plain q12-shaped recompute": lambda: spark.sql(plain).collect()}
     built = {}
     for batch in [int(b) for b in args.batch_rows.split(",")]:
@@ -101,33 +106,34 @@ def main() -> int:
                   "DISTRIBUTE BY l_orderkey DIV 100000 SORT BY l_orderkey")
         built[name] = time.perf_counter() - started
         runs[f"cached ({batch:,}-row batches) + semi-join"] = (
-            lambda name=name: spark.sql(consume.format(semi.format(name))).collect())
+            lambda name=name: spark.sql(consume.format(semi.format(table=name, keys="probe_keys"))).collect())
         if args.in_list:
             runs[f"cached sorted ({batch:,}-row batches) + IN"] = (
-                lambda name=name: spark.sql(consume.format(inlist.format(name))).collect())
+                lambda name=name: spark.sql(consume.format(inlist.format(table=name))).collect())
     started = time.perf_counter()
     spark.sql(f"CACHE TABLE arr_plain AS SELECT {LINEITEM} FROM tpch.lineitem")
     built["arr_plain"] = time.perf_counter() - started
-    runs["cached, as read (no sort) + semi-join"] = lambda: spark.sql(consume.format(semi.format("arr_plain"))).collect()
+    runs["cached, as read (no sort) + semi-join"] = lambda: spark.sql(
+        consume.format(semi.format(table="arr_plain", keys="probe_keys"))).collect()
     if not spark.catalog.tableExists("tpch.lineitem_sorted"):
         spark.conf.set("spark.sql.files.maxRecordsPerFile", str(args.sorted_file_rows))
-        spark.sql(f"CREATE TABLE tpch.lineitem_sorted USING delta AS SELECT * FROM tpch.lineitem ORDER BY l_orderkey")
+        spark.sql("CREATE TABLE tpch.lineitem_sorted USING delta AS SELECT * FROM tpch.lineitem ORDER BY l_orderkey")
         spark.conf.unset("spark.sql.files.maxRecordsPerFile")
     files = spark.sql("DESCRIBE DETAIL tpch.lineitem_sorted").first()["numFiles"]
     newest = [r[0] for r in spark.sql(f"SELECT o_orderkey FROM tpch.orders ORDER BY o_orderkey DESC LIMIT {args.keys}")
               .collect()]
-    spark.createDataFrame([(k,) for k in newest], "k BIGINT").createOrReplaceTempView("newest_keys")
+    keys_view("newest_keys", newest)
 
     def ranged(keys, view):
         within = " OR ".join(f"l_orderkey BETWEEN {a} AND {b}" for a, b in key_ranges(keys, args.ranges))
-        return consume.format(semi.format("tpch.lineitem_sorted").replace("probe_keys", view) + f" WHERE {within}")
+        return consume.format(semi.format(table="tpch.lineitem_sorted", keys=view) + f" WHERE {within}")
 
     runs[f"sorted Delta copy ({files} files) + semi-join"] = (
-        lambda: spark.sql(consume.format(semi.format("tpch.lineitem_sorted"))).collect())
+        lambda: spark.sql(consume.format(semi.format(table="tpch.lineitem_sorted", keys="probe_keys"))).collect())
     runs[f"sorted Delta copy + semi-join + {args.ranges} key ranges"] = lambda: spark.sql(ranged(keys, "probe_keys")).collect()
     newest_runs = {
         "newest keys: Delta scan + semi-join": lambda: spark.sql(
-            consume.format(semi.format("tpch.lineitem").replace("probe_keys", "newest_keys"))).collect(),
+            consume.format(semi.format(table="tpch.lineitem", keys="newest_keys"))).collect(),
         f"newest keys: sorted copy + semi-join + {args.ranges} key ranges": lambda: spark.sql(
             ranged(newest, "newest_keys")).collect()}
     want_newest = newest_runs["newest keys: Delta scan + semi-join"]()
@@ -146,7 +152,7 @@ def main() -> int:
     for turn in range(args.repeat):
         order = list(runs)[turn % len(runs):] + list(runs)[:turn % len(runs)]
         for name in order:
-            results[name].append(timed(runs[name], 1))
+            results[name].append(timed(runs[name]))
     print(f"\nSF {args.scale:g}: lineitem {rows:,} rows; {args.keys:,} random order keys "
           f"({sum(r[1] for r in expected):,} line items); median of {args.repeat} after {args.warmup} untimed passes, "
           "turns taken")

@@ -13,7 +13,9 @@ tables equal their queries.
 Refresh on commit: a source's commits, made through Spark Connect, are seen by the asset watcher
 on the triggerer and refreshed by the on-commit DAG -- each within seconds (target: a median of
 10 s or less from the source's commit to the stream table's), a burst of 20 commits in 5 s in at
-most two refreshes, and the stream tables equal to their queries after all of it.
+most two refreshes, and the stream tables equal to their queries after all of it. Where it may
+(as root), the helper runs Airflow and the Spark service at a raised CPU priority, so the other
+test process of the suite, sharing the two cores, does not decide the latency measured.
 """
 from __future__ import annotations
 
@@ -94,12 +96,16 @@ def test_a_manual_run_does_not_wait_for_a_scheduled_run_in_flight(live, tr):
 def test_commits_refresh_their_stream_tables_within_seconds_and_a_burst_coalesces(live, tr):
     db, found = live["db"], live["on_commit"]
     latencies = found["latencies_s"]
-    print(f"refresh on commit: latency median {statistics.median(latencies):.1f} s, max {max(latencies):.1f} s "
+    print(f"refresh on commit (Airflow and the Spark service at a raised CPU priority: {live.get('favoured')}): "
+          f"latency median {statistics.median(latencies):.1f} s, max {max(latencies):.1f} s "
           f"({latencies}); a burst of 20 commits in {found['burst_seconds']} s: "
           f"{len(found['burst_refreshes'])} refreshes ({found['burst_refreshes']}), {len(found['burst_runs'])} runs; "
           "phases after the commit, median / max: " + ", ".join(
               f"{key} {statistics.median(p[key] for p in found['phases_s']):.1f} / "
-              f"{max(p[key] for p in found['phases_s']):.1f} s" for key in found["phases_s"][0]))
+              f"{max(p[key] for p in found['phases_s']):.1f} s" for key in found["phases_s"][0])
+          + "; the refresh's phases, median ms: " + ", ".join(
+              f"{key} {statistics.median(p.get(key, 0) for p in found['refresh_phases']):.0f}"
+              for key in found["refresh_phases"][0]))
     assert len(latencies) == 10 and statistics.median(latencies) <= 10.0, found
     # 20 commits in about 5 s (delta-rs appends): at most two refreshes, and two runs
     assert found["burst_seconds"] <= 8, f"the writers could not keep the burst's pace: {found}"

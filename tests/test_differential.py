@@ -353,6 +353,46 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
             assert feeds["local"] == feeds["spark"], kind
 
 
+def test_the_stored_rows_a_small_change_matches_keep_every_type_however_they_are_read(tr, db, monkeypatch):
+    """A small change is resolved against the stored rows it matches, read three ways: by delta-rs
+    and shipped whole (a small table), by delta-rs by the change's keys, or by Spark (a table
+    too large to read here).  Group keys of every primitive type pass through the matched rows
+    unchanged (a timestamp shifted by a time zone, a decimal's scale, a float's precision would
+    break the equality), with NULLs and a group that vanishes and comes back."""
+    from airflow_trickle.refresh import local_merge
+
+    columns = ("i INT, b BIGINT, sm SMALLINT, ti TINYINT, s STRING, f BOOLEAN, d DOUBLE, r FLOAT, dt DATE, "
+               "ts TIMESTAMP, nt TIMESTAMP_NTZ, m DECIMAL(12,3), bin BINARY, v INT")
+    tr.sql(f"CREATE TABLE {db}.typed ({columns}) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+
+    def row(n: int, v: int) -> str:
+        return (f"({n}, {n * 10_000_000_000}, {n % 300}, {n % 100}, 'k{n}é', {str(n % 2 == 0).lower()}, "
+                f"{n}.25D, {n}.5F, DATE'2024-02-{n % 28 + 1:02d}', TIMESTAMP'2024-03-10 02:{n % 60:02d}:07.123456', "
+                f"TIMESTAMP_NTZ'2024-03-31 23:{n % 60:02d}:59.000001', {n}.125BD, X'{n:04x}', {v})")
+
+    nulls = "(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1)"
+    tr.sql(f"INSERT INTO {db}.typed VALUES {', '.join(row(n, n) for n in range(6))}, {nulls}")
+    keys = "i, b, sm, ti, s, f, d, r, dt, ts, nt, m, bin"
+    query = f"SELECT {keys}, COUNT(*) AS n, SUM(v) AS total FROM {db}.typed GROUP BY {keys}"
+    ways = {"whole": {}, "by_keys": {"STORED_SHIPPED_WHOLE_ROWS": 0},
+            "spark": {"STORED_SHIPPED_WHOLE_ROWS": 0, "STORED_READ_MAX_ROWS": 0}}
+    for way in ways:
+        tr.create_stream_table(f"{db}.typed_{way}", query, schedule=None, refresh_mode="DIFFERENTIAL")
+    for batch in ([f"UPDATE {db}.typed SET v = v + 100 WHERE i % 2 = 0 OR i IS NULL",
+                   f"INSERT INTO {db}.typed VALUES {row(1, 7)}, {row(9, 9)}", f"DELETE FROM {db}.typed WHERE i = 3"],
+                  [f"INSERT INTO {db}.typed VALUES {row(3, 3)}, {nulls}", f"DELETE FROM {db}.typed WHERE i = 9"]):
+        for statement in batch:
+            tr.sql(statement)
+        for way, limits in ways.items():
+            for limit, value in {"STORED_SHIPPED_WHOLE_ROWS": local_merge.STORED_SHIPPED_WHOLE_ROWS,
+                                 "STORED_READ_MAX_ROWS": local_merge.STORED_READ_MAX_ROWS, **limits}.items():
+                monkeypatch.setattr(local_merge, limit, value)
+            name = f"{db}.typed_{way}"
+            assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+            assert tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().engineInfo.startswith("delta-rs"), way
+            assert_matches(tr, name, query)
+
+
 def test_a_refresh_plans_once(tr, db, monkeypatch):
     """The DVM plans a refresh once (``dvm/delta_plan.py``); the refresh layer executes that plan --
     here a top-K over an aggregate: its groups counted, its candidates and boundary probed, its MERGE."""

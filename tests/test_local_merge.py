@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from airflow_trickle.refresh.local_merge import resolved_changes_sql, why_not_writable, writable_columns
+from airflow_trickle.refresh.local_merge import resolution, resolved_changes_sql, why_not_writable, writable_columns
 
 MERGE = ("MERGE INTO `s`.`st` AS t USING (SELECT id, dn, `__trickle_row_id` FROM d) AS s "
          "ON t.`__trickle_row_id` = s.`__trickle_row_id` AND t.`__trickle_dup` = 1 "
@@ -38,6 +38,22 @@ def test_a_merge_becomes_the_query_of_its_resolved_rows():
         "LEFT JOIN (SELECT *, TRUE AS __trickle_merge_present FROM `s`.`st` VERSION AS OF 3) AS t "
         "ON t.`__trickle_row_id` = s.`__trickle_row_id` AND t.`__trickle_dup` = 1) AS __resolved "
         "WHERE NOT __trickle_merge_action IS NULL")
+
+
+def test_a_merge_taken_apart_names_the_change_rows_the_stored_identity_is_matched_by():
+    """The change rows' query, the column ``ON`` equates with the stored row identity (by which
+    delta-rs reads the matched rows), and whether the change rows read the stored table (then
+    Spark reads it anyway, and reads the matched rows too)."""
+    parts = resolution(MERGE, COLUMNS)
+    assert parts.source_sql == "SELECT id, dn, `__trickle_row_id` FROM d"
+    assert (parts.source_alias, parts.target_alias, parts.key, parts.reads_target) == ("s", "t", "__trickle_row_id",
+                                                                                        False)
+    keyed = MERGE.replace("ON t.`__trickle_row_id` = s.`__trickle_row_id`", "ON s.__key = t.`__trickle_row_id`")
+    assert resolution(keyed, COLUMNS).key == "__key"
+    reading = MERGE.replace("FROM d)", "FROM d JOIN `s`.`st` AS old ON d.id = old.id)")
+    assert resolution(reading, COLUMNS).reads_target
+    unkeyed = MERGE.replace("t.`__trickle_row_id` = s.`__trickle_row_id` AND ", "")
+    assert resolution(unkeyed, COLUMNS).key is None
 
 
 @pytest.mark.parametrize("clause", ["WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *",

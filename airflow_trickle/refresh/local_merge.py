@@ -22,6 +22,12 @@ applies those resolved rows by the stored row's identity (``__trickle_row_id``,
     FROM (Δ) AS s LEFT JOIN (SELECT *, TRUE AS present FROM st VERSION AS OF v) AS t ON t.id = s.id
     WHERE <some clause applies>
 
+The stored rows ``t`` are read by delta-rs where it can (:func:`resolve_by_stored_rows`): Spark
+reading the table would first rebuild its snapshot, a second of jobs after every delta-rs
+commit (which writes no checksum file).  A small table goes to Spark whole, as a local relation
+in the query that computes Δ; a larger one only the rows Δ's keys name.  Spark still evaluates
+every value.
+
 Safety is the Spark path's: the commit carries the same metadata (frontier, refresh number) and
 the same idempotent transaction id -- delta-rs writes the ``txn`` action, and a refresh number
 that already landed is skipped, as Spark skips it; the commit is made on the version Spark read,
@@ -35,8 +41,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+import pyarrow.compute as pc
 from sqlglot import exp, parse_one
 
 from airflow_trickle.storage.deltalog import COMMIT_KEY, open_table
@@ -72,25 +80,38 @@ def spark_type(delta_type: str) -> str | None:
     return _SPARK_TYPES.get(delta_type) or (delta_type if _DECIMAL.fullmatch(delta_type) else None)
 
 
-def resolved_changes_sql(merge_sql: str, columns: list[tuple[str, str]], *, version: int) -> str | None:
-    """The query whose rows are ``merge_sql``'s effect on the target read at ``version``: each
-    stored column's new value, the action (``D``, ``U``, ``I``) and the matched row's identity.
+@dataclass(frozen=True)
+class Resolution:
+    """A MERGE taken apart to resolve its changes: the change rows (its ``USING`` relation), how
+    they match a stored row, and the resolved columns over the two (``s`` and ``t``)."""
 
-    ``columns`` are the target's columns and Spark types, in order.  None when the MERGE has a
-    clause this rewrite does not resolve (``UPDATE SET *``, ``INSERT *``, ``NOT MATCHED BY
-    SOURCE``) or is not a MERGE.
-    """
+    #: The change rows' query (the ``USING`` relation) and its alias in the clauses.
+    source_sql: str
+    source_alias: str
+    #: The stored table as the MERGE names it, and its alias.
+    target: exp.Table
+    target_alias: str
+    #: The ``ON`` condition, and the resolved columns (aliased, in order).
+    on: exp.Expression
+    outputs: tuple[exp.Expression, ...]
+    #: The change rows' column the stored ``__trickle_row_id`` must equal (None: ``ON`` does not say).
+    key: str | None
+    #: Whether the change rows' query reads the stored table itself.
+    reads_target: bool
+
+
+def resolution(merge_sql: str, columns: list[tuple[str, str]]) -> Resolution | None:
+    """``merge_sql`` taken apart (:class:`Resolution`); None when the MERGE has a clause this
+    rewrite does not resolve (``UPDATE SET *``, ``INSERT *``, ``NOT MATCHED BY SOURCE``) or is
+    not a MERGE.  ``columns`` are the target's columns and Spark types, in order."""
     tree = parse_one(merge_sql, dialect=DIALECT)
     if not isinstance(tree, exp.Merge) or tree.args.get("using_cond") or tree.args.get("returning"):
         return None
     whens = tree.args["whens"].expressions
     if any(w.args.get("source") or _has_star(w.args["then"]) for w in whens):
         return None
-    target = tree.this
+    target, using = tree.this, tree.args["using"]
     alias = target.alias_or_name
-    stored = exp.Table(this=target.this.copy(), db=target.args.get("db") and target.args["db"].copy(),
-                       catalog=target.args.get("catalog") and target.args["catalog"].copy(),
-                       version=exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)))
     present = exp.column(PRESENT, table=alias)
     matched = [w for w in whens if w.args.get("matched")]
     unmatched = [w for w in whens if not w.args.get("matched")]
@@ -121,11 +142,59 @@ def resolved_changes_sql(merge_sql: str, columns: list[tuple[str, str]], *, vers
     outputs += [exp.alias_(resolve(action), ACTION),
                 exp.alias_(exp.column(ROW_ID, table=alias, quoted=True), MATCHED_ID),
                 exp.alias_(exp.column(DUP, table=alias, quoted=True), MATCHED_DUP)]
-    marked = exp.select(exp.Star(), exp.alias_(exp.true(), PRESENT)).from_(stored).subquery(alias)
-    inner = (exp.select(*outputs).from_(tree.args["using"].copy())
-             .join(marked, on=tree.args["on"].copy(), join_type="LEFT"))
+    source = using.this if isinstance(using, exp.Subquery) else exp.select(exp.Star()).from_(
+        exp.Table(this=using.this.copy(), db=using.args.get("db"), catalog=using.args.get("catalog")))
+    on = tree.args["on"]
+    return Resolution(source_sql=source.sql(DIALECT), source_alias=using.alias_or_name, target=target,
+                      target_alias=alias, on=on, outputs=tuple(outputs),
+                      key=_stored_identity_key(on, alias, using.alias_or_name),
+                      reads_target=any(_same_table(t, target) for t in source.find_all(exp.Table)))
+
+
+def resolved_changes_sql(merge_sql: str, columns: list[tuple[str, str]], *, version: int) -> str | None:
+    """The query whose rows are ``merge_sql``'s effect on the target read at ``version``: each
+    stored column's new value, the action (``D``, ``U``, ``I``) and the matched row's identity.
+
+    ``columns`` are the target's columns and Spark types, in order.  None when the MERGE has a
+    clause this rewrite does not resolve (:func:`resolution`).
+    """
+    parts = resolution(merge_sql, columns)
+    if parts is None:
+        return None
+    target = parts.target
+    stored = exp.Table(this=target.this.copy(), db=target.args.get("db") and target.args["db"].copy(),
+                       catalog=target.args.get("catalog") and target.args["catalog"].copy(),
+                       version=exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)))
+    marked = exp.select(exp.Star(), exp.alias_(exp.true(), PRESENT)).from_(stored).subquery(parts.target_alias)
+    source = parse_one(parts.source_sql, dialect=DIALECT).subquery(parts.source_alias)
+    inner = (exp.select(*(o.copy() for o in parts.outputs)).from_(source)
+             .join(marked, on=parts.on.copy(), join_type="LEFT"))
     return (exp.select(exp.Star()).from_(inner.subquery("__resolved"))
             .where(exp.column(ACTION).is_(exp.null()).not_()).sql(DIALECT))
+
+
+def _stored_identity_key(on: exp.Expression, target_alias: str, source_alias: str) -> str | None:
+    """The change rows' column that ``on`` equates with the stored ``__trickle_row_id`` (one of
+    its top-level conjuncts), or None.
+
+    >>> on = parse_one("t.`__trickle_row_id` = s.__key AND t.`__trickle_dup` = 1", dialect=DIALECT)
+    >>> _stored_identity_key(on, "t", "s")
+    '__key'
+    >>> _stored_identity_key(parse_one("t.a = s.a", dialect=DIALECT), "t", "s") is None
+    True
+    """
+    for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
+        if not isinstance(conjunct, exp.EQ):
+            continue
+        for stored, change in ((conjunct.this, conjunct.expression), (conjunct.expression, conjunct.this)):
+            if (isinstance(stored, exp.Column) and isinstance(change, exp.Column) and stored.name == ROW_ID
+                    and stored.table == target_alias and change.table == source_alias):
+                return change.name
+    return None
+
+
+def _same_table(table: exp.Table, target: exp.Table) -> bool:
+    return (table.name.lower(), (table.db or "").lower()) == (target.name.lower(), (target.db or "").lower())
 
 
 def _has_star(then: exp.Expression) -> bool:
@@ -189,11 +258,15 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
         return False
     if (table.transaction_version(txn_app_id) or -1) >= txn_version:
         return None
-    sql = resolved_changes_sql(merge_sql, columns, version=table.version())
-    if sql is None:
+    parts = resolution(merge_sql, columns)
+    if parts is None:
         return False
-    changes = spark.sql(hoist_nested_ctes(sql)).limit(max_rows + 1).toArrow()
-    if changes.num_rows > max_rows:
+    if parts.key is not None and not parts.reads_target and _stored_rows(table) <= STORED_READ_MAX_ROWS:
+        changes = resolve_by_stored_rows(spark, table, parts, columns, max_rows)
+    else:
+        sql = resolved_changes_sql(merge_sql, columns, version=table.version())
+        changes = spark.sql(hoist_nested_ctes(sql)).limit(max_rows + 1).toArrow()
+    if changes is None or changes.num_rows > max_rows:
         log.info("more than %d resolved changes: committed by Spark's MERGE", max_rows)
         return False
     counts = {"num_inserted_rows": 0, "num_updated_rows": 0, "num_deleted_rows": 0}
@@ -215,6 +288,70 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
     return {"num_inserted_rows": done.get("num_target_rows_inserted", 0),
             "num_updated_rows": done.get("num_target_rows_updated", 0),
             "num_deleted_rows": done.get("num_target_rows_deleted", 0)}
+
+
+#: Stored rows up to which the rows a change matches are read by delta-rs (beyond, Spark reads them),
+#: and up to which all of them are, shipped whole to Spark with the query computing the changes.
+STORED_READ_MAX_ROWS, STORED_SHIPPED_WHOLE_ROWS = 2_000_000, 20_000
+
+
+def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[str, str]], max_rows: int):
+    """The resolved changes, with the stored rows they match read by delta-rs, not Spark.
+
+    Why: Spark reading the stored table first rebuilds its snapshot -- a commit delta-rs made
+    has no checksum file, so Spark replays the log in jobs of its own, about a second on two
+    cores.  Here delta-rs reads the stored rows from the very version it will commit on, and
+    Spark resolves the change rows against them as a local relation, every value still computed
+    by Spark.  A small table is shipped whole, in the one query that computes the changes; a
+    larger one only the rows the change rows name, once Spark has computed those.  None when
+    there are more than ``max_rows`` change rows (they are not brought into this process).
+    """
+    from airflow_trickle.spark.engine import expression
+
+    names = [name for name, _ in columns]
+    source = spark.sql(hoist_nested_ctes(parts.source_sql))
+    if _stored_rows(table) <= STORED_SHIPPED_WHOLE_ROWS:
+        stored = table.to_pyarrow_dataset().to_table(columns=names)
+    else:
+        changes = source.limit(max_rows + 1).toArrow()
+        if changes.num_rows > max_rows:
+            return None
+        if changes.num_rows == 0:
+            return changes
+        key = next(name for name in changes.column_names if name.lower() == parts.key.lower())
+        ids = pc.drop_null(pc.unique(changes.column(key)))
+        stored = table.to_pyarrow_dataset().to_table(columns=names, filter=pc.field(ROW_ID).isin(ids))
+        source = spark.createDataFrame(changes, schema=source.schema)
+    target = (spark.createDataFrame(stored, schema=_struct(columns))
+              .selectExpr("*", f"TRUE AS {PRESENT}").alias(parts.target_alias))
+    resolved = (source.alias(parts.source_alias).join(target, expression(spark, parts.on.sql(DIALECT)), "left")
+                .selectExpr(*(o.sql(DIALECT) for o in parts.outputs))
+                .where(f"{ACTION} IS NOT NULL"))
+    return resolved.limit(max_rows + 1).toArrow()
+
+
+def _stored_rows(table) -> float:
+    """Rows in ``table`` by its files' statistics (infinite where a file has none)."""
+    counts = table.get_add_actions(flatten=True).column("num_records").to_pylist()
+    return float("inf") if None in counts else sum(counts)
+
+
+def _struct(columns: list[tuple[str, str]]):
+    """The Spark schema of ``columns`` (names and the Spark SQL types :func:`spark_type` gives)."""
+    from pyspark.sql import types as T
+
+    simple = {"bigint": T.LongType, "int": T.IntegerType, "smallint": T.ShortType, "tinyint": T.ByteType,
+              "string": T.StringType, "boolean": T.BooleanType, "double": T.DoubleType, "float": T.FloatType,
+              "date": T.DateType, "timestamp": T.TimestampType, "timestamp_ntz": T.TimestampNTZType,
+              "binary": T.BinaryType}
+
+    def of(kind: str):
+        if kind in simple:
+            return simple[kind]()
+        precision, scale = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", kind).groups()
+        return T.DecimalType(int(precision), int(scale))
+
+    return T.StructType([T.StructField(name, of(kind), True) for name, kind in columns])
 
 
 def _merge(table, changes, identity: str, quoted: dict, metadata: dict, txn_app_id: str, txn_version: int) -> dict:

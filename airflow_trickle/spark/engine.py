@@ -23,6 +23,17 @@ def is_connect(spark) -> bool:
     return isinstance(spark, ConnectSession)
 
 
+def expression(spark, text: str):
+    """The column expression ``text`` (Spark SQL) for a DataFrame of ``spark``: pyspark's
+    ``functions.expr`` picks the classic or Connect kind by a process-wide mark, not by the
+    session, and a Connect session here runs without that mark."""
+    if is_connect(spark):
+        from pyspark.sql.connect.functions import expr
+    else:
+        from pyspark.sql.functions import expr
+    return expr(text)
+
+
 class SparkEngine:
     """What a refresh asks of a Spark session (``spark``, classic or Connect)."""
 

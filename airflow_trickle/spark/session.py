@@ -206,12 +206,14 @@ def _quoted(identifier: str) -> str:
 
 
 def runtime_conf(config: TrickleConfig) -> dict[str, str]:
-    """The part of :func:`session_conf` a session may set itself (everything but the static keys)."""
+    """The part of :func:`session_conf` a session may set itself: its SQL settings, not the static keys."""
     from airflow_trickle.spark.address import STATIC_KEYS
 
     conf = session_conf(config, config.warehouse or "", secrets=False, jars=False)
-    # the server's storage settings (and credentials) are its own, given when it started
-    return {k: v for k, v in conf.items() if k not in STATIC_KEYS and not k.startswith("spark.hadoop.")}
+    # only SQL settings (Spark's and Delta's) are a session's; the rest -- storage settings and
+    # credentials, the driver's options, the UI -- are the server's, given when it started
+    return {k: v for k, v in conf.items()
+            if k not in STATIC_KEYS and k.startswith(("spark.sql.", "spark.databricks."))}
 
 
 def connect_session(address: str, config: TrickleConfig, *, warehouse: str | None = None):
@@ -233,18 +235,15 @@ def connect_session(address: str, config: TrickleConfig, *, warehouse: str | Non
     from pyspark.sql import SparkSession
 
     connect_mode_before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
-    spark = SparkSession.builder.remote(address).create()
+    # the settings go in one request with the session (one by one, ten of them took 0.08 s of
+    # a refresh task); a static one the server started with its own value is skipped silently
+    spark = SparkSession.builder.remote(address).config(map=runtime_conf(config)).create()
     if connect_mode_before is None:
         # pyspark marks the whole process (and its children) as Spark Connect, after which a
         # classic session -- an embedded one, a spark-submit child -- cannot start.  The engine
         # calls only session and DataFrame methods, which need no such mark.
         os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     _short_retries(spark)
-    for key, value in runtime_conf(config).items():
-        try:
-            spark.conf.set(key, value)
-        except Exception:  # noqa: BLE001 - a static setting: the server was started with its own value
-            pass
     if warehouse is not None and uses_in_memory_catalog(spark):
         served = (local_path(default_warehouse(spark)) or default_warehouse(spark)).rstrip("/")
         wanted = (local_path(warehouse) or warehouse).rstrip("/")

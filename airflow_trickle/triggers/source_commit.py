@@ -7,7 +7,9 @@ When the source has versions its readers have not consumed, it fires an event; A
 it on the source's asset, and the DAG ``<dag_id>__on_commit``, scheduled on those assets, runs.
 
 A burst of commits is one event (:class:`Coalescer`): the watcher waits until no new commit
-has arrived for ``debounce`` seconds, and never holds a commit back longer than ``max_wait``.
+has arrived for ``debounce`` seconds -- counted from the newest commit's own timestamp, so the
+time until the poll that saw it is not waited twice -- and never holds a commit back longer than
+``max_wait``.
 A refresh in flight when the next commit lands is followed by exactly one more run: Airflow
 queues the asset events of a DAG at its ``max_active_runs`` (1) and starts one run for them all.
 """
@@ -34,6 +36,8 @@ class Coalescer:
     (None, None, None, None, (3, 5))
     >>> c.observe(5, 5.0), [c.observe(v, float(v)) for v in range(6, 17)][-1]  # a long burst: held 10 s at most
     (None, (5, 16))
+    >>> c.observe(17, 20.0, age=1.5), c.observe(18, 21.0, age=0.5), c.observe(18, 22.5)  # quiet since 20.5
+    (None, None, (16, 18))
     """
 
     reported: int
@@ -43,9 +47,11 @@ class Coalescer:
     changed_at: float | None = None
     waiting_since: float | None = None
 
-    def observe(self, version: int, now: float) -> tuple[int, int] | None:
+    def observe(self, version: int, now: float, age: float = 0.0) -> tuple[int, int] | None:
+        """``version`` seen at ``now``; ``age``: how long before ``now`` it was committed (by
+        its commit's timestamp; a writer's clock ahead of this one's counts as 0)."""
         if version > self.newest:
-            self.newest, self.changed_at = version, now
+            self.newest, self.changed_at = version, now - max(0.0, age)
         if self.newest <= self.reported:
             self.waiting_since = None
             return None
@@ -71,6 +77,7 @@ class SourceLog:
     def __init__(self, hook, source: str, readers: list[str]):
         self.hook, self.source, self.readers = hook, source, list(readers)
         self._table = None
+        self._version, self._committed_at = None, 0.0
 
     def consumed(self) -> tuple[int, str | None]:
         """The lowest version of the source any reader has consumed (-1 when one was never
@@ -88,9 +95,11 @@ class SourceLog:
     def forget(self) -> None:
         """Drop the open handle (the source may have been recreated): the next poll opens it anew."""
         self._table = None
+        self._version = None
 
-    def newest(self, location: str) -> int:
-        """The source's newest version: the open handle brought up to date."""
+    def newest(self, location: str) -> tuple[int, float]:
+        """The source's newest version (the open handle brought up to date), and how many
+        seconds ago it was committed by its commit's timestamp (0 when the log does not say)."""
         from deltalake import DeltaTable
 
         if self._table is None:
@@ -98,7 +107,12 @@ class SourceLog:
             self._table = DeltaTable(at.uri, storage_options=at.delta_options, without_files=True)
         else:
             self._table.update_incremental()
-        return int(self._table.version())
+        version = int(self._table.version())
+        if version != self._version:
+            self._version = version
+            commit = (self._table.history(1) or [{}])[0]
+            self._committed_at = commit.get("timestamp", time.time() * 1000) / 1000.0
+        return version, max(0.0, time.time() - self._committed_at)
 
 
 class SourceCommitTrigger(BaseEventTrigger):
@@ -155,9 +169,9 @@ class SourceCommitTrigger(BaseEventTrigger):
                         told = consumed if coalescer is None else max(consumed, coalescer.reported)
                         coalescer = Coalescer(reported=told, debounce=self.debounce, max_wait=self.max_wait)
                 if location is not None:
-                    newest = await asyncio.to_thread(log.newest, location)
+                    newest, age = await asyncio.to_thread(log.newest, location)
                     beat.update(version=newest, error=None)
-                    fired = coalescer.observe(newest, now)
+                    fired = coalescer.observe(newest, now, age)
                     if fired:
                         event = {"reason": "commit", "after_version": fired[0], "version": fired[1]}
             except Exception as err:  # noqa: BLE001 - a source being recreated, a network blip: retried

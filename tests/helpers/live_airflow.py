@@ -24,6 +24,15 @@ address serves it).
    delta-rs): how many refreshes and runs it made.
 
 A separate process: Airflow reads its home and configuration once, at import.
+
+Where this process may raise CPU priority (as root), Airflow's processes (and the tasks they
+fork) and the Spark service run at nice ``FAVOURED_NICE`` while it works: the suite runs two
+test processes on two cores, and the latency target is the system's on two cores, not on the
+share a parallel test's Spark leaves it (in CI the refresh task took 1.75 times as long beside
+the other worker's TPC-H as alone). Each of those processes leads a session of its own, and
+where the kernel groups CPU time by session (``sched_autogroup``) the session's group gets the
+nice value (a thread's own counts only inside its group); elsewhere every thread does. The
+Spark service gets its priority back at the end.
 """
 from __future__ import annotations
 
@@ -36,10 +45,13 @@ import sys
 import time
 from pathlib import Path
 
+import contextlib
+
+import psutil
 import requests
 
 from airflow_trickle.refresh.lock import refresh_lock
-from airflow_trickle.spark.service import free_port, host_port
+from airflow_trickle.spark.service import free_port, host_port, read_service
 
 DAG_ID = "trickle_live"
 ADMIN, NOTER = ("admin", "an-admin-password"), ("noter", "a-noter-password")
@@ -88,6 +100,58 @@ stream_tables:
     query: SELECT k, total FROM {db}.per_key WHERE total > 10
     schedule: null
 """
+#: The nice value of the live Airflow and the Spark service where it can be had (see the module docstring).
+FAVOURED_NICE = -5
+
+
+def may_favour() -> bool:
+    """Whether this process may give others a higher CPU priority than its own (root may)."""
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, 0)
+        os.setpriority(os.PRIO_PROCESS, 0, current - 1)
+        os.setpriority(os.PRIO_PROCESS, 0, current)
+        return True
+    except OSError:
+        return False
+
+
+def _favour_this_process() -> None:  # a child's preexec_fn: only async-signal-safe calls
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, FAVOURED_NICE)
+    except OSError:
+        pass
+
+
+def _renice_session(pid: int, nice: int) -> None:
+    """``pid``'s session at ``nice``: its autogroup where the kernel has them, else every thread
+    of ``pid`` and of its descendants (Linux gives each thread a nice value of its own)."""
+    try:
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1":
+            Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+            return
+    except OSError:
+        pass
+    root = psutil.Process(pid)
+    for process in (root, *root.children(recursive=True)):
+        with contextlib.suppress(psutil.Error, OSError):
+            for thread in process.threads():
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, thread.id, nice)
+
+
+@contextlib.contextmanager
+def favoured(pid: int | None):
+    """The process tree ``pid`` (the Spark service's JVM) at ``FAVOURED_NICE`` inside, back to 0 after."""
+    if pid is None or not may_favour():
+        yield False
+        return
+    _renice_session(pid, FAVOURED_NICE)
+    try:
+        yield True
+    finally:
+        _renice_session(pid, 0)
+
+
 #: Commits whose latency is measured, one at a time; then a burst of this many in BURST_SECONDS.
 LATENCY_COMMITS, BURST_COMMITS, BURST_SECONDS = 10, 20, 5.0
 
@@ -127,6 +191,7 @@ class LiveAirflow:
         }
         self.processes: dict[str, subprocess.Popen] = {}
         self.session = requests.Session()
+        self.favoured = may_favour()
 
     def start(self, *, triggerer: bool = False) -> None:
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, env=self.env,
@@ -136,7 +201,10 @@ class LiveAirflow:
             with open(self.home / f"{name}.log", "wb") as log:
                 self.processes[name] = subprocess.Popen(
                     [sys.executable, "-m", "airflow", *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True)
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                    preexec_fn=_favour_this_process if self.favoured else None)
+            if self.favoured:
+                _renice_session(self.processes[name].pid, FAVOURED_NICE)
         until(lambda: self._token(), 180, "the API server to answer")
 
     def stop(self) -> None:
@@ -248,14 +316,10 @@ def main(workdir: str, warehouse: str, spark_address: str, db: str) -> None:
         out["events"].append([round(time.monotonic() - started, 1), text])
         print(f"[{out['events'][-1][0]:6.1f} s] {text}", flush=True)
 
+    service = read_service(warehouse)
     try:
-        with refresh_lock(warehouse, [f"{db}.a"]):
-            airflow.start(triggerer=True)
-            event("Airflow started; a's refresh lock held")
-            manual_during_scheduled(airflow, db, out, event)
-        event("a's refresh lock released")
-        finish_scheduled(airflow, db, out, event)
-        out["on_commit"] = refresh_on_commit(airflow, warehouse, spark_address, db, event)
+        with favoured(service.server_pid if service else None) as out["favoured"]:
+            run_scenarios(airflow, warehouse, spark_address, db, out, event)
     except Exception as err:  # the test prints what Airflow said and did
         out["error"] = f"{type(err).__name__}: {err}"
         for key, report in (("logs", airflow.logs_tail), ("task_log_problems", airflow.task_log_problems),
@@ -267,6 +331,16 @@ def main(workdir: str, warehouse: str, spark_address: str, db: str) -> None:
     finally:
         airflow.stop()
     print("RESULT " + json.dumps(out, default=str))
+
+
+def run_scenarios(airflow: LiveAirflow, warehouse: str, spark_address: str, db: str, out: dict, event) -> None:
+    with refresh_lock(warehouse, [f"{db}.a"]):
+        airflow.start(triggerer=True)
+        event("Airflow started; a's refresh lock held")
+        manual_during_scheduled(airflow, db, out, event)
+    event("a's refresh lock released")
+    finish_scheduled(airflow, db, out, event)
+    out["on_commit"] = refresh_on_commit(airflow, warehouse, spark_address, db, event)
 
 
 def manual_during_scheduled(airflow: LiveAirflow, db: str, out: dict, event) -> None:
@@ -342,7 +416,7 @@ def refresh_on_commit(airflow: LiveAirflow, warehouse: str, spark_address: str, 
     event("on-commit: stream tables created by the watcher's first run")
     source_location = next(d.source_location for d in catalog.dependencies(per_key) if d.source_name == source)
     table_location = catalog.get(per_key).location
-    latencies, phases = [], []
+    latencies, phases, refresh_phases = [], [], []
     for i in range(LATENCY_COMMITS):
         spark.sql(f"INSERT INTO {source} VALUES ({i % 4}, {i + 1})")
         version, committed_at = newest_commit(source_location)
@@ -353,10 +427,13 @@ def refresh_on_commit(airflow: LiveAirflow, warehouse: str, spark_address: str, 
         until(lambda: not airflow.active_runs(ON_COMMIT_DAG_ID), 120, "the on-commit run to end", interval=0.2)
         run = airflow.runs(ON_COMMIT_DAG_ID)[-1]
         task = airflow.tasks(run["dag_run_id"], ON_COMMIT_DAG_ID)[per_key]
+        refresh = next(r for r in catalog.history(per_key, limit=5) if r.action in ("DIFFERENTIAL", "FULL"))
         phases.append({key: round(_epoch(value) - committed_at, 2) for key, value in (
             ("run_queued", run["queued_at"]), ("run_started", run["start_date"]),
-            ("task_started", task["start_date"]), ("task_ended", task["end_date"]))})
-    found["latencies_s"], found["phases_s"] = latencies, phases
+            ("task_started", task["start_date"]), ("refresh_started", refresh.start_time.isoformat()),
+            ("task_ended", task["end_date"]))})
+        refresh_phases.append(refresh.phases or {})
+    found["latencies_s"], found["phases_s"], found["refresh_phases"] = latencies, phases, refresh_phases
 
     # the burst: a commit every BURST_SECONDS / BURST_COMMITS, appended by delta-rs -- another
     # kind of writer, and one that keeps the pace on a loaded host (a Spark INSERT took 0.4 s

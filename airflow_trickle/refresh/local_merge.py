@@ -261,8 +261,10 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
     parts = resolution(merge_sql, columns)
     if parts is None:
         return False
-    if parts.key is not None and not parts.reads_target and _stored_rows(table) <= STORED_READ_MAX_ROWS:
-        changes = resolve_by_stored_rows(spark, table, parts, columns, max_rows)
+    stored_rows = _stored_rows(table)
+    if parts.key is not None and not parts.reads_target and stored_rows <= STORED_READ_MAX_ROWS:
+        changes = resolve_by_stored_rows(spark, table, parts, columns, max_rows,
+                                         whole=stored_rows <= STORED_SHIPPED_WHOLE_ROWS)
     else:
         sql = resolved_changes_sql(merge_sql, columns, version=table.version())
         changes = spark.sql(hoist_nested_ctes(sql)).limit(max_rows + 1).toArrow()
@@ -295,14 +297,15 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
 STORED_READ_MAX_ROWS, STORED_SHIPPED_WHOLE_ROWS = 2_000_000, 20_000
 
 
-def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[str, str]], max_rows: int):
+def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[str, str]], max_rows: int, *,
+                           whole: bool):
     """The resolved changes, with the stored rows they match read by delta-rs, not Spark.
 
     Why: Spark reading the stored table first rebuilds its snapshot -- a commit delta-rs made
     has no checksum file, so Spark replays the log in jobs of its own, about a second on two
     cores.  Here delta-rs reads the stored rows from the very version it will commit on, and
     Spark resolves the change rows against them as a local relation, every value still computed
-    by Spark.  A small table is shipped whole, in the one query that computes the changes; a
+    by Spark.  A small table is shipped ``whole``, in the one query that computes the changes; a
     larger one only the rows the change rows name, once Spark has computed those.  None when
     there are more than ``max_rows`` change rows (they are not brought into this process).
     """
@@ -310,7 +313,7 @@ def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[
 
     names = [name for name, _ in columns]
     source = spark.sql(hoist_nested_ctes(parts.source_sql))
-    if _stored_rows(table) <= STORED_SHIPPED_WHOLE_ROWS:
+    if whole:
         stored = table.to_pyarrow_dataset().to_table(columns=names)
     else:
         changes = source.limit(max_rows + 1).toArrow()

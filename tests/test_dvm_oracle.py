@@ -93,6 +93,9 @@ def test_explain_shows_tree_strategy_and_delta_sql(tr, db):
     for word in ("Aggregate group by", "Join [2-way", f"Scan {db}.o", f"Scan {db}.c", "MERGE INTO"):
         assert word in text, text
     assert "table_changes" in explanation["delta_sql"].lower()
+    read = {(r["table"], r["kind"]) for r in explanation["reads"]}
+    assert {(f"{db}.o", "change feed"), (f"{db}.c", "change feed"), (f"{db}.explained", "stored")} <= read, read
+    assert "reads of the delta SQL" in text and f"{db}.o change feed" in text, text
     assert explanation["pending"] == [] and "pending change: none" in text
     # two new orders: customer 3 (region NULL) and customer 0 (no customer: the join drops it)
     tr.sql(f"INSERT INTO {db}.o VALUES (6, 3, 7, 1.00), (7, 0, 1, 2.00)")

@@ -15,6 +15,7 @@ def explain(env, st) -> dict:
     from airflow_trickle.dvm.base import Unsupported
     from airflow_trickle.dvm.delta_plan import plan_refresh
     from airflow_trickle.dvm.planner import plan
+    from airflow_trickle.dvm.reads import describe as describe_reads, statement_reads
     from airflow_trickle.refresh.writers import full_refresh_sql
     from airflow_trickle.refresh.differential import refresh_versions, source_columns
     from airflow_trickle.refresh.local_merge import describe as describe_commit
@@ -46,7 +47,12 @@ def explain(env, st) -> dict:
         lines.append(f"  commit: {commit}")
         pending, pending_lines = _pending(env, st, root, current, columns)
         lines += pending_lines
-        result.update(tree=tree, delta_sql=delta_sql or why_not, cost=cost, commit=commit, pending=pending)
+        reads = statement_reads(delta_sql) if delta_sql else []
+        if reads:
+            lines.append("  reads of the delta SQL (each source by version; Spark scans every state it reads):")
+            lines += ["    " + line for line in describe_reads(reads)]
+        result.update(tree=tree, delta_sql=delta_sql or why_not, cost=cost, commit=commit, pending=pending,
+                      reads=[{"table": r.table, "kind": str(r.kind), "at": r.at, "reduced": r.reduced} for r in reads])
         lines += ["  delta SQL (for the newest version of each source):", f"    {delta_sql or why_not}"]
     else:
         full = full_refresh_sql(env, st, current)

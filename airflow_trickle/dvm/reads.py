@@ -13,6 +13,8 @@ computing those keys; Spark still scans the input for it, but what is joined fur
 rows the change reaches.  A read **scanned whole** carries every row into its join (the change's side of an inner join
 is broadcast, so that join still reads the whole input).  Delta's file
 skipping cannot narrow either for keys spread over the table (``benchmarks/README.md``).
+These are the reads the SQL names, an upper bound on Spark's scans: two reads that feed
+identical exchanges run once (``spark.sql.exchange.reuse``).
 
     >>> sql = ("SELECT * FROM (SELECT a FROM s.o VERSION AS OF 3) o LEFT SEMI JOIN "
     ...        "(SELECT a AS k FROM TABLE_CHANGES('s.c', 4, 5)) AS __trickle_keys ON o.a <=> __trickle_keys.k "

@@ -54,6 +54,20 @@ def _flag(value) -> bool:
     raise ValueError
 
 
+def _column_list(value) -> tuple[str, ...]:
+    """Column names: a list, or one string of names separated by commas; empty (or ``none``)
+    for none at all (an ALTER that turns clustering off)."""
+    if isinstance(value, str):
+        names = [] if value.strip().lower() == "none" else [part.strip() for part in value.split(",")]
+    elif isinstance(value, (list, tuple)) and all(isinstance(part, str) for part in value):
+        names = [part.strip() for part in value]
+    else:
+        raise ValueError
+    if any(not name for name in names) or len({n.lower() for n in names}) < len(names):
+        raise ValueError
+    return tuple(names)
+
+
 def _choice(kind):
     def parse(value):
         for member in kind:
@@ -73,6 +87,7 @@ _PARSERS = {
     "differential_max_time_ratio": ("a positive number", _positive_number),
     "full_refresh_write": ("'auto', 'merge' or 'overwrite'", _choice(FullRefreshWrite)),
     "strict": ("true or false", _flag),
+    "cluster_by": ("a list of distinct output column names (or none)", _column_list),
 }
 
 #: The option names, in the order the docs list them.
@@ -90,7 +105,9 @@ class TableOptions:
     >>> TableOptions.parse({"stirct": True}, stream_table="s.t")
     Traceback (most recent call last):
     ...
-    airflow_trickle.errors.DefinitionError: stream table 's.t': unknown option 'stirct' (the options are diamond_consistency, diamond_schedule_policy, freshness_seconds, differential_max_change_ratio, differential_max_touched_ratio, differential_max_time_ratio, full_refresh_write, strict)
+    airflow_trickle.errors.DefinitionError: stream table 's.t': unknown option 'stirct' (the options are diamond_consistency, diamond_schedule_policy, freshness_seconds, differential_max_change_ratio, differential_max_touched_ratio, differential_max_time_ratio, full_refresh_write, strict, cluster_by)
+    >>> TableOptions.parse({"cluster_by": "customer_id, day"}, stream_table="s.t").to_dict()
+    {'cluster_by': ['customer_id', 'day']}
     """
 
     diamond_consistency: DiamondConsistency | None = None
@@ -101,6 +118,9 @@ class TableOptions:
     differential_max_time_ratio: float | None = None
     full_refresh_write: FullRefreshWrite | None = None
     strict: bool | None = None
+    #: The storage table's clustering columns (Delta liquid clustering); () for none, set by an
+    #: ALTER that turns it off.
+    cluster_by: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, options: "dict | TableOptions | None", *, stream_table: str | None) -> "TableOptions":
@@ -136,7 +156,8 @@ class TableOptions:
         for f in fields(self):
             value = getattr(self, f.name)
             if value is not None:
-                data[f.name] = value.value if isinstance(value, Choice) else value
+                data[f.name] = (value.value if isinstance(value, Choice)
+                                 else list(value) if isinstance(value, tuple) else value)
         return data
 
     def merged(self, other: "TableOptions") -> "TableOptions":
@@ -165,6 +186,11 @@ class TableOptions:
         """A cost-model ratio: the table's own, else the deployment's (``config``)."""
         own = getattr(self, name)
         return float(own if own is not None else getattr(config, name))
+
+    @property
+    def clustering(self) -> tuple[str, ...]:
+        """The storage table's clustering columns as the user named them (none: ())."""
+        return self.cluster_by or ()
 
     def full_write(self, config) -> FullRefreshWrite:
         """How a FULL refresh writes: the table's own choice, else the deployment's."""

@@ -70,7 +70,7 @@ def pytest_configure(config):
 #: xdist groups longest first: a long group started last would leave the other process idle.
 LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 265, "test_cascade.py": 300,
                 "test_service.py": 340, "test_dvm_oracle_joins.py": 200, "test_airflow_example.py": 240,
-                "test_differential.py": 170, "test_lifecycle.py": 175, "test_recursive.py": 155, "test_repair.py": 70,
+                "test_differential.py": 170, "test_lifecycle.py": 230, "test_recursive.py": 155, "test_repair.py": 70,
                 "test_airflow_live.py": 220, "test_object_storage.py": 480, "test_metastore.py": 110}
 
 

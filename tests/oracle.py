@@ -95,9 +95,10 @@ class Workload:
             values = ", ".join("(" + ", ".join(sql_literal(v) for v in row) + ")" for row in rows)
             self.tr.sql(f"INSERT INTO {self.db}.{table} VALUES {values}")
 
-    def stream_table(self, name: str, query: str, mode: str = "DIFFERENTIAL"):
+    def stream_table(self, name: str, query: str, mode: str = "DIFFERENTIAL", options: dict | None = None):
         query = query.format(db=self.db)
-        st = self.tr.create_stream_table(f"{self.db}.{name}", query, refresh_mode=mode, schedule=None)
+        st = self.tr.create_stream_table(f"{self.db}.{name}", query, refresh_mode=mode, schedule=None,
+                                         options=options)
         self.queries[f"{self.db}.{name}"] = query
         self.modes[f"{self.db}.{name}"] = mode
         self.check(f"{self.db}.{name}")

@@ -369,3 +369,55 @@ def test_a_create_racing_another_sessions_sync_of_the_warehouse_succeeds(tr, db,
         assert [f.name for f in other.table(name).schema.fields][:2] == ["a", "b"]
     with pytest.raises(AlreadyExistsError):
         create_storage_table(tr.spark, names[0], [("a", "INT")], StorageLayout())
+
+
+def clustering_of(tr, name) -> list[str]:
+    return list(tr.sql(f"DESCRIBE DETAIL {name}").first()["clusteringColumns"] or [])
+
+
+def test_cluster_by_clusters_the_storage_and_refreshes_stay_exact(tr, db):
+    """``options: cluster_by`` makes the storage table a liquid-clustered Delta table: created so,
+    kept by a REINITIALIZE that replaces it, changed and turned off by ALTER, reclustered by
+    maintain. delta-rs does not write clustered tables (writer features ``clustering``,
+    ``domainMetadata``), so every commit goes through Spark, and the refreshes stay exact over
+    random changes with NULL keys and duplicates."""
+    from tests.oracle import drive, workload
+
+    load = workload(tr, db, ["o", "c"], {})
+    name = f"{db}.per_region"
+    query = (f"SELECT c.region, COUNT(*) AS n, SUM(o.amount) AS total FROM {db}.o o "
+             f"JOIN {db}.c c ON o.cid = c.id GROUP BY c.region")
+    load.stream_table("per_region", query, options={"cluster_by": ["Region"]})
+    assert clustering_of(tr, name) == ["region"]
+    explained = tr.explain(name)
+    assert "delta-rs does not write this table" in explained["commit"] and "clustering" in explained["commit"]
+    drive(load, ["o", "c"])
+    tr.maintain([name])
+    load.check(name)
+    # ALTER: the clustering columns, then none; the stored rows and the refreshes are untouched
+    assert tr.alter_stream_table(name, options={"cluster_by": "n, region"}).options.cluster_by == ("n", "region")
+    assert clustering_of(tr, name) == ["n", "region"]
+    tr.sql(f"INSERT INTO {db}.o VALUES (9, 1, 7, 1.00), (9, NULL, NULL, NULL)")
+    assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
+    load.check(name)
+    # a new query whose columns change: the replaced table keeps the clustering it can
+    wider = query.replace("COUNT(*) AS n", "COUNT(*) AS n, MAX(o.id) AS top")
+    tr.alter_stream_table(name, query=wider)
+    load.queries[name] = wider
+    load.check(name)
+    assert clustering_of(tr, name) == ["n", "region"]
+    tr.alter_stream_table(name, options={"cluster_by": []})
+    assert clustering_of(tr, name) == [] and tr.get(name).options.to_dict() == {"cluster_by": []}
+    # refused, naming the table, with nothing changed or created
+    with pytest.raises(DefinitionError, match=f"stream table '{name}': cannot cluster by 'nope': no such output"):
+        tr.alter_stream_table(name, options={"cluster_by": ["nope"]})
+    with pytest.raises(DefinitionError, match="cannot cluster by 'regions': no such output column"):
+        tr.create_stream_table(f"{db}.refused", f"SELECT region, COLLECT_LIST(id) AS ids FROM {db}.c GROUP BY region",
+                               options={"cluster_by": ["regions"]})
+    with pytest.raises(DefinitionError, match="Delta clusters only by columns of a number, string, date or"):
+        tr.create_stream_table(f"{db}.refused", f"SELECT region, COLLECT_LIST(id) AS ids FROM {db}.c GROUP BY region",
+                               options={"cluster_by": ["ids"]})
+    assert_nothing_created(tr, f"{db}.refused")
+    with pytest.raises(DefinitionError, match="option 'cluster_by' must be a list of distinct output column names"):
+        tr.create_stream_table(f"{db}.refused", f"SELECT * FROM {db}.c", options={"cluster_by": ["id", "ID"]})
+    assert clustering_of(tr, name) == []

@@ -11,6 +11,7 @@ import yaml
 
 from airflow_trickle.errors import (
     CycleError,
+    DefinitionError,
     InvalidQueryError,
     InvalidScheduleError,
     ProjectError,
@@ -85,11 +86,24 @@ def test_cycle_is_refused_with_the_cycle_printed():
     ({"name": "s.a", "query": "SELECT 1", "diamond_consistency": "sometimes"}, ProjectError, "sometimes"),
     ({"name": "s.a", "query": "SELECT 1", "freshness": "*/5 * * * *"}, ProjectError, "duration"),
     ({"name": "s.a", "query": "SELECT rand() AS r FROM s.src"}, UnsupportedConstructError, "rand"),
+    ({"name": "s.a", "query": "SELECT 1 AS x", "cluster_by": {"x": 1}}, DefinitionError, "cluster_by"),
+    ({"name": "s.a", "query": "SELECT 1 AS x", "cluster_by": "x, X"}, DefinitionError, "distinct"),
 ])
 def test_bad_stream_table_entries_are_refused_naming_the_table(entry, error, text):
     with pytest.raises(error, match=text) as caught:
         project(entry)
     assert "s.a" in str(caught.value)
+
+
+def test_cluster_by_reaches_the_table_s_options_and_the_refresh_job():
+    from airflow_trickle.project.model import StreamTableSpec
+
+    p = project({"name": "s.a", "query": "SELECT 1 AS x, 2 AS y", "cluster_by": "y, x"},
+                {"name": "s.b", "query": "SELECT x FROM s.a"})
+    spec = p.stream_tables["s.a"]
+    assert spec.cluster_by == ("y", "x") and spec.options()["cluster_by"] == ["y", "x"]
+    assert StreamTableSpec.from_json(spec.to_json()) == spec
+    assert "cluster_by" not in p.stream_tables["s.b"].options()
 
 
 def test_nondeterministic_query_is_accepted_in_full_mode():

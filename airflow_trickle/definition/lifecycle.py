@@ -15,6 +15,7 @@ import uuid
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.options import TableOptions
+from airflow_trickle.storage.tables import clustering_columns
 from airflow_trickle.definition.analysis import Definition, analyze, check_static, mode_choice
 from airflow_trickle.errors import DefinitionError, StreamTableNotFoundError, UnsupportedConstructError
 from airflow_trickle.model import CdcMode, RefreshMode, SourceType, Status, StorageLayout
@@ -48,6 +49,7 @@ def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bo
                          stream_tables={st.name: st.output_columns for st in env.catalog.list()},
                          edges=[(d.source_name, d.st_name) for d in env.catalog.dependencies()])
     st = stream_table_row(definition, options)
+    clustering_columns(options.clustering, definition.output_columns, stream_table=st.name)  # refused before a write
     with lease_of(env, [st.name]):
         try:
             install(env, st, definition, replace=False)
@@ -92,7 +94,9 @@ def install(env, st: StreamTable, definition: Definition, *, replace: bool) -> N
         st.needs_reinit = True
     else:  # the definition travels with the data from the start (``storage/definitions.py``)
         create_storage_table(env.spark, st.name, definition.output_columns, st.storage,
-                             properties=definition_properties(st, dependencies))
+                             properties=definition_properties(st, dependencies),
+                             cluster_by=clustering_columns(st.options.clustering, definition.output_columns,
+                                                           stream_table=st.name))
     st.location = table_location(env.spark, st.name)
     if replace:
         env.catalog.replace(st, dependencies)
@@ -182,14 +186,23 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
     if status is not UNSET:
         status = Status.parse(status, what="status", stream_table=qualified)
     options = TableOptions.parse(options, stream_table=qualified)
+    if options.cluster_by is not None and query is UNSET:  # a new query's columns are checked with it
+        clustering_columns(options.cluster_by, st.storage.columns, stream_table=qualified)
     with lease_of(env, [qualified]):
         return _alter(env, st, qualified, query, schedule, new_mode, status, options)
 
 
 def _alter(env, st: StreamTable, qualified: str, query, schedule, new_mode, status, options) -> StreamTable:
+    clustered_by = st.options.clustering
     if query is not UNSET:
-        st = replace_query(env, st, query, new_mode)
+        st = replace_query(env, st, query, new_mode, options)
         new_mode = None  # the new query's row already carries the mode
+    if options.cluster_by is not None and tuple(options.cluster_by) != clustered_by:
+        from airflow_trickle.storage.tables import alter_clustering_sql
+
+        # the storage first: a clustering Delta refuses leaves the catalog row as it was
+        env.spark.sql(alter_clustering_sql(qualified, clustering_columns(options.cluster_by, st.storage.columns,
+                                                                         stream_table=qualified)))
     effective = reason = None
     if new_mode is not None:
         blockers = st.storage.blockers
@@ -216,10 +229,12 @@ def _alter(env, st: StreamTable, qualified: str, query, schedule, new_mode, stat
     return altered
 
 
-def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None) -> StreamTable:
+def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None,
+                  options: TableOptions | None = None) -> StreamTable:
     """Validate ``query`` like a create (nothing changes if it is refused), then replace the
     stored rows with the new query's in one commit (see :func:`install`).  The output columns
-    may change only while nothing reads it."""
+    may change only while nothing reads it.  ``options``: those the same ALTER sets (the new
+    clustering is checked against the new query's columns and made by the replace)."""
     env.sync()
     tables = env.catalog.list()
     dependencies = env.catalog.dependencies()
@@ -236,7 +251,9 @@ def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None) ->
             f"the new query changes the output columns ({stored} -> {definition.output_columns}) "
             f"while {', '.join(readers)} read{'s' if len(readers) == 1 else ''} it", stream_table=st.name,
             hint="keep the columns, or drop the readers first")
-    new = stream_table_row(definition, st.options)
+    new_options = st.options.merged(options) if options else st.options
+    clustering_columns(new_options.clustering, definition.output_columns, stream_table=st.name)
+    new = stream_table_row(definition, new_options)
     new.st_id, new.refresh_seq, new.created_at = st.st_id, st.refresh_seq, st.created_at
     # what is stored is still the old query's rows at the old frontier, until the refresh below
     new.is_populated, new.frontier, new.data_timestamp = st.is_populated, dict(st.frontier), st.data_timestamp

@@ -68,6 +68,8 @@ def ensure_stream_table(tr, spec: StreamTableSpec) -> bool:
             stream_table=spec.name,
             hint=f"changing it in place is not supported: run `trickle drop {spec.name} --cascade` "
                  "and the next run recreates it from the project")
+    if current.options.clustering and not spec.cluster_by:  # taken out of the project: turned off
+        options["cluster_by"] = []
     wanted = current.options.merged(TableOptions.parse(options, stream_table=spec.name))
     if current.schedule != spec.schedule or wanted != current.options:
         tr.alter_stream_table(spec.name, schedule=spec.schedule, options=options)

@@ -15,6 +15,7 @@ from airflow_trickle.graph import build_graph, consistency_groups, effective_per
 from airflow_trickle.graph import topological_order
 from airflow_trickle.model import RefreshMode
 from airflow_trickle.names import qualify_name
+from airflow_trickle.options import TableOptions
 from airflow_trickle.project.model import (_AIRFLOW_KEYS, _DEFAULT_KEYS, _ON_COMMIT_KEYS, _PROJECT_KEYS,
                                             _SPARK_KEYS, _TABLE_KEYS, DEFAULT_FRESHNESS_FACTOR, DIAMOND_CONSISTENCY,
                                             DIAMOND_SCHEDULE_POLICIES, AirflowSettings, Project, RefreshUnit,
@@ -150,9 +151,11 @@ def _stream_table(entry: Any, index: int, defaults: dict, base_dir: Path) -> Str
             raise ProjectError(f"freshness must be a duration such as '10m', not {entry['freshness']!r}",
                                stream_table=qualified)
         freshness = parsed.every
+    cluster_by = TableOptions.parse({"cluster_by": entry.get("cluster_by")}, stream_table=qualified).clustering
     return StreamTableSpec(name=qualified, query=query.strip(), schedule=schedule, refresh_mode=mode,
                            diamond_consistency=consistency, diamond_schedule_policy=policy, freshness=freshness,
-                           description=str(entry.get("description") or ""), sources=tuple(source_names(ast)))
+                           description=str(entry.get("description") or ""), sources=tuple(source_names(ast)),
+                           cluster_by=cluster_by)
 
 
 def _source_problems(specs: dict[str, StreamTableSpec], declared: tuple[str, ...] | None) -> list[TrickleError]:

@@ -24,7 +24,7 @@ DEFAULT_FRESHNESS_FACTOR = 2
 
 _PROJECT_KEYS = {"project", "warehouse", "sources", "defaults", "settings", "spark", "airflow", "stream_tables"}
 _TABLE_KEYS = {"name", "query", "query_file", "schedule", "refresh_mode", "diamond_consistency",
-               "diamond_schedule_policy", "freshness", "description"}
+               "diamond_schedule_policy", "freshness", "description", "cluster_by"}
 _DEFAULT_KEYS = {"schedule", "refresh_mode", "diamond_consistency", "diamond_schedule_policy", "freshness_factor"}
 _SPARK_KEYS = {"connection", "conn_id", "submit", "conf", "deploy_mode", "driver_memory", "executor_memory", "num_executors"}
 _AIRFLOW_KEYS = {"dag_id", "schedule", "pool", "tags", "freshness_notifier", "deadline", "deadline_callback",
@@ -49,6 +49,8 @@ class StreamTableSpec:
     description: str = ""
     #: Tables the query reads (qualified), stream tables of the project included.
     sources: tuple[str, ...] = ()
+    #: The storage's clustering columns (option ``cluster_by``); () for none.
+    cluster_by: tuple[str, ...] = ()
 
     def options(self) -> dict:
         """The per-table options stored in the catalog row."""
@@ -56,6 +58,8 @@ class StreamTableSpec:
                    "diamond_schedule_policy": self.diamond_schedule_policy}
         if self.freshness is not None:
             options["freshness_seconds"] = int(self.freshness.total_seconds())
+        if self.cluster_by:
+            options["cluster_by"] = list(self.cluster_by)
         return options
 
     def to_json(self) -> dict:
@@ -64,13 +68,14 @@ class StreamTableSpec:
                 "refresh_mode": str(self.refresh_mode), "diamond_consistency": self.diamond_consistency,
                 "diamond_schedule_policy": self.diamond_schedule_policy,
                 "freshness_seconds": None if self.freshness is None else self.freshness.total_seconds(),
-                "description": self.description, "sources": list(self.sources)}
+                "description": self.description, "sources": list(self.sources), "cluster_by": list(self.cluster_by)}
 
     @classmethod
     def from_json(cls, data: dict) -> "StreamTableSpec":
         """The spec :meth:`to_json` wrote (a refresh job rehydrates its tables this way).
 
-        >>> spec = StreamTableSpec("s.t", "SELECT 1 AS x FROM s.a", "5m", "AUTO", freshness=timedelta(minutes=9))
+        >>> spec = StreamTableSpec("s.t", "SELECT 1 AS x FROM s.a", "5m", "AUTO", freshness=timedelta(minutes=9),
+        ...                        cluster_by=("x",))
         >>> StreamTableSpec.from_json(spec.to_json()) == spec
         True
         """
@@ -80,7 +85,8 @@ class StreamTableSpec:
                    diamond_consistency=data.get("diamond_consistency", "none"),
                    diamond_schedule_policy=data.get("diamond_schedule_policy", "fastest"),
                    freshness=None if seconds is None else timedelta(seconds=seconds),
-                   description=data.get("description", ""), sources=tuple(data.get("sources", ())))
+                   description=data.get("description", ""), sources=tuple(data.get("sources", ())),
+                   cluster_by=tuple(data.get("cluster_by", ())))
 
 
 @dataclass(frozen=True)

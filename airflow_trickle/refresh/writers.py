@@ -20,12 +20,15 @@ in :func:`choose_writer`.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
 from airflow_trickle.model import Action, SourceType
 from airflow_trickle.names import quote_name
 from airflow_trickle.options import FullRefreshWrite
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,18 @@ class Replace(Writer):
     inserting = rewriting = True
 
 
+def kept_clustering(st) -> list[str]:
+    """The clustering columns a replaced storage table keeps: those of ``cluster_by`` its new
+    columns still have (an ALTER of the query checked them; a source whose columns changed
+    may have taken one away, and then the table is clustered by the others, with a warning)."""
+    columns = {name.lower() for name, _ in st.storage.columns} or {name.lower() for name in st.output_columns}
+    kept = [name for name in st.options.clustering if name.lower() in columns]
+    if len(kept) < len(st.options.clustering):
+        log.warning("%s: no longer clustered by %s (its new columns do not have them)", st.name,
+                    ", ".join(n for n in st.options.clustering if n not in kept))
+    return kept
+
+
 def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql: str | None, appending: bool,
                   local: bool) -> Writer:
     """The writer of a decided refresh: ``delta_sql`` is the DIFFERENTIAL statement (None for
@@ -99,7 +114,8 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
         return LocalMerge(delta_sql) if local else DeltaMerge(delta_sql)
     if action == Action.REINITIALIZE and storage_changes(env, st):
         return Replace(replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns, st.storage,
-                                           definition_properties(st, env.catalog.dependencies(st.name))))
+                                           definition_properties(st, env.catalog.dependencies(st.name)),
+                                           cluster_by=kept_clustering(st)))
     # A FULL refresh into empty storage (the first population) has nothing to diff against: a
     # plain INSERT writes the same rows without the MERGE's scans and joins.  Only a table the
     # catalog has never seen populated is worth the log read (after a crash it may hold data).

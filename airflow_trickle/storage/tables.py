@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from airflow_trickle.model import DUP, ROW_ID, StorageLayout
-from airflow_trickle.errors import AlreadyExistsError, CatalogError
+from airflow_trickle.errors import AlreadyExistsError, CatalogError, DefinitionError
 from airflow_trickle.names import quote_name, quote_string, split_name
 
 TABLE_PROPERTIES = {
@@ -45,6 +45,61 @@ def column_mapping_properties(columns: list[str]) -> dict[str, str]:
     return {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2", "delta.minWriterVersion": "5"}
 
 
+#: Delta collects file statistics for the first 32 columns (``delta.dataSkippingNumIndexedCols``),
+#: and clusters only by columns it has statistics of, of these types.
+_STATS_COLUMNS = 32
+_CLUSTERABLE = re.compile(r"(tinyint|smallint|int|bigint|float|double|decimal(\(.*\))?|string|date|timestamp|"
+                          r"timestamp_ntz)$")
+
+
+def clustering_columns(wanted: tuple[str, ...], columns: list[tuple[str, str]], *, stream_table: str) -> list[str]:
+    """The output columns ``wanted`` names (option ``cluster_by``), in the table's spelling,
+    checked against what Delta can cluster by: a column it keeps statistics of (one of the
+    first 32), of an orderable, non-nested type.
+
+    >>> clustering_columns(("Day", "customer_id"), [("customer_id", "int"), ("day", "date")], stream_table="s.t")
+    ['day', 'customer_id']
+    >>> clustering_columns(("tags",), [("tags", "array<string>")], stream_table="s.t")
+    Traceback (most recent call last):
+    ...
+    airflow_trickle.errors.DefinitionError: stream table 's.t': cannot cluster by 'tags': Delta clusters only by columns of a number, string, date or timestamp type, not array<string>
+    """
+    positions = {name.lower(): (i, name, kind) for i, (name, kind) in enumerate(columns)}
+    found = []
+    for want in wanted:
+        if want.lower() not in positions:
+            raise DefinitionError(f"cannot cluster by {want!r}: no such output column",
+                                  stream_table=stream_table, hint=f"the columns are {', '.join(c for c, _ in columns)}")
+        position, name, kind = positions[want.lower()]
+        if not _CLUSTERABLE.match(kind.lower()):
+            raise DefinitionError(f"cannot cluster by {want!r}: Delta clusters only by columns of a number, string, "
+                                  f"date or timestamp type, not {kind}", stream_table=stream_table)
+        if position >= _STATS_COLUMNS:
+            raise DefinitionError(f"cannot cluster by {want!r}: Delta keeps file statistics of the first "
+                                  f"{_STATS_COLUMNS} columns only, and it is column {position + 1}",
+                                  stream_table=stream_table, hint="move the column forward in the query's SELECT")
+        found.append(name)
+    return found
+
+
+def _columns_sql(cluster_by: list[str]) -> str:
+    return "(" + ", ".join("`" + c.replace("`", "``") + "`" for c in cluster_by) + ")"
+
+
+def _cluster_sql(cluster_by: list[str] | None) -> str:
+    return f" CLUSTER BY {_columns_sql(cluster_by)}" if cluster_by else ""
+
+
+def alter_clustering_sql(name: str, cluster_by: list[str]) -> str:
+    """The statement that sets a storage table's clustering columns (none: turns it off).  It
+    changes only the table's metadata; ``trickle maintain`` (OPTIMIZE) reclusters the rows.
+
+    >>> alter_clustering_sql("s.t", ["day"]), alter_clustering_sql("s.t", [])
+    ('ALTER TABLE `s`.`t` CLUSTER BY (`day`)', 'ALTER TABLE `s`.`t` CLUSTER BY NONE')
+    """
+    return f"ALTER TABLE {quote_name(name)} CLUSTER BY {_columns_sql(cluster_by) if cluster_by else 'NONE'}"
+
+
 def _properties_sql(columns: list[str], extra: dict[str, str] | None) -> str:
     """The table properties of a storage table holding ``columns``, ``extra`` added."""
     properties = {**TABLE_PROPERTIES, **column_mapping_properties(columns), **(extra or {})}
@@ -52,15 +107,17 @@ def _properties_sql(columns: list[str], extra: dict[str, str] | None) -> str:
 
 
 def create_storage_table(spark, name: str, columns: list[tuple[str, str]], storage: StorageLayout,
-                         properties: dict[str, str] | None = None) -> None:
+                         properties: dict[str, str] | None = None, cluster_by: list[str] | None = None) -> None:
     """Create the Delta table behind a stream table (empty; :func:`replace_storage_sql` replaces it).
 
-    ``properties``: more table properties (the stream table's definition, ``repair.py``).
+    ``properties``: more table properties (the stream table's definition, ``repair.py``);
+    ``cluster_by``: its clustering columns (:func:`clustering_columns`), for Delta's liquid
+    clustering.
     """
     column_ddl = ", ".join(f"`{col}` {kind}" for col, kind in columns)
     hidden_ddl = ", ".join(f"`{col}` {kind} NOT NULL" if col in (ROW_ID, DUP) else f"`{col}` {kind}"
                            for col, kind in storage.hidden_columns())
-    body = (f"({column_ddl}, {hidden_ddl}) USING delta "
+    body = (f"({column_ddl}, {hidden_ddl}) USING delta{_cluster_sql(cluster_by)} "
             f"TBLPROPERTIES ({_properties_sql([col for col, _ in columns], properties)})")
     from airflow_trickle.spark.session import name_table_at, uses_in_memory_catalog
 
@@ -92,7 +149,7 @@ def _default_location(spark, name: str) -> str:
 
 
 def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: StorageLayout,
-                        properties: dict[str, str] | None = None) -> str:
+                        properties: dict[str, str] | None = None, cluster_by: list[str] | None = None) -> str:
     """One statement that replaces the storage table with ``rows_sql``'s rows, in ONE commit.
 
     For a REINITIALIZE whose columns changed (an ALTER of the query, a source's schema): readers
@@ -104,7 +161,7 @@ def replace_storage_sql(name: str, rows_sql: str, columns: list[str], storage: S
     """
     visible = ", ".join(f"r.`{c}`" for c in columns)
     hidden = ", ".join(f"CAST(r.`{c}` AS {kind}) AS `{c}`" for c, kind in storage.hidden_columns())
-    return (f"CREATE OR REPLACE TABLE {quote_name(name)} USING delta "
+    return (f"CREATE OR REPLACE TABLE {quote_name(name)} USING delta{_cluster_sql(cluster_by)} "
             f"TBLPROPERTIES ({_properties_sql(columns, properties)}) "
             f"AS SELECT {visible}, {hidden} FROM ({rows_sql}) AS r")
 

@@ -187,7 +187,7 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
         status = Status.parse(status, what="status", stream_table=qualified)
     options = TableOptions.parse(options, stream_table=qualified)
     if options.cluster_by is not None and query is UNSET:  # a new query's columns are checked with it
-        clustering_columns(options.cluster_by, st.storage.columns, stream_table=qualified)
+        clustering_columns(options.cluster_by, _typed_columns(env, st), stream_table=qualified)
     with lease_of(env, [qualified]):
         return _alter(env, st, qualified, query, schedule, new_mode, status, options)
 
@@ -201,7 +201,7 @@ def _alter(env, st: StreamTable, qualified: str, query, schedule, new_mode, stat
         from airflow_trickle.storage.tables import alter_clustering_sql
 
         # the storage first: a clustering Delta refuses leaves the catalog row as it was
-        env.spark.sql(alter_clustering_sql(qualified, clustering_columns(options.cluster_by, st.storage.columns,
+        env.spark.sql(alter_clustering_sql(qualified, clustering_columns(options.cluster_by, _typed_columns(env, st),
                                                                          stream_table=qualified)))
     effective = reason = None
     if new_mode is not None:
@@ -227,6 +227,14 @@ def _alter(env, st: StreamTable, qualified: str, query, schedule, new_mode, stat
     if schedule is not UNSET or new_mode is not None or options:
         record_definition(env, qualified)
     return altered
+
+
+def _typed_columns(env, st: StreamTable) -> list[tuple[str, str]]:
+    """The visible columns and their Spark types: as the catalog row records them, or (a row
+    written before it did) as the storage table has them."""
+    if st.storage.columns:
+        return [tuple(c) for c in st.storage.columns]
+    return [(f.name, f.dataType.simpleString()) for f in env.read(st.name).schema.fields]
 
 
 def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None,

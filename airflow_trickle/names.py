@@ -36,6 +36,11 @@ def quote_name(qualified: str) -> str:
     return ".".join(f"`{part}`" for part in split_name(qualified))
 
 
+def quote_identifier(identifier: str) -> str:
+    """A column, database or path as one Spark SQL identifier: in backticks, backticks doubled."""
+    return "`" + identifier.replace("`", "``") + "`"
+
+
 def quote_string(text: str) -> str:
     """A Spark SQL string literal holding ``text`` exactly (backslashes and quotes escaped)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -197,7 +197,7 @@ def _alter(env, st: StreamTable, qualified: str, query, schedule, new_mode, stat
     if query is not UNSET:
         st = replace_query(env, st, query, new_mode, options)
         new_mode = None  # the new query's row already carries the mode
-    if options.cluster_by is not None and tuple(options.cluster_by) != clustered_by:
+    if options.cluster_by is not None and options.cluster_by != clustered_by:
         from airflow_trickle.storage.tables import alter_clustering_sql
 
         # the storage first: a clustering Delta refuses leaves the catalog row as it was

@@ -4,8 +4,8 @@ Every refresh commits a few small files to its storage table (and rows to the ca
 without care a table that refreshes every minute gathers thousands of files a week and every
 read of it slows down.  :func:`maintain` compacts each stream table's storage (``OPTIMIZE``:
 no data change, so readers of its change feed see nothing; on a table with ``cluster_by`` it
-also clusters the rows written since the last run, so that file skipping works on those columns) and removes the files no version
-worth keeping needs (``VACUUM``) -- with a retention long enough for every stream table that
+also clusters the rows written since the last run, so that file skipping works on those
+columns) and removes the files no version worth keeping needs (``VACUUM``) -- with a retention long enough for every stream table that
 reads it: a reader whose frontier is version F still needs the files of F and of the changes
 after it, which are all younger than the commit F + 1, so the retention is stretched to reach
 back past that commit.  The catalog tables are compacted and vacuumed likewise (with delta-rs).

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import TrickleError
-from airflow_trickle.names import quote_string
+from airflow_trickle.names import quote_identifier, quote_string
 from airflow_trickle.spark.jars import delta_jars_conf, remember_resolved_jars, s3a_jars
 
 if TYPE_CHECKING:
@@ -173,8 +173,8 @@ def sync_warehouse_tables(spark, warehouse: "Location") -> None:
         if database not in databases:
             databases[database] = spark.catalog.databaseExists(database)
             if not databases[database]:
-                spark.sql(f"CREATE DATABASE IF NOT EXISTS {_quoted(database)}")
-        name = f"{_quoted(database)}.{_quoted(table)}"
+                spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)}")
+        name = f"{quote_identifier(database)}.{quote_identifier(table)}"
         if table and not (databases[database] and spark.catalog.tableExists(name)):
             try:
                 name_table_at(spark, name, on_disk[key])
@@ -186,7 +186,7 @@ def sync_warehouse_tables(spark, warehouse: "Location") -> None:
         database, table = key.split(".", 1)
         if table:
             try:
-                spark.sql(f"DROP TABLE IF EXISTS {_quoted(database)}.{_quoted(table)}")
+                spark.sql(f"DROP TABLE IF EXISTS {quote_identifier(database)}.{quote_identifier(table)}")
             except Exception:  # noqa: BLE001 - the name is unusable either way; the next sync retries
                 seen.add(key)
 
@@ -199,10 +199,6 @@ def name_table_at(spark, quoted_name: str, location: str) -> None:
 
 #: Per (session, warehouse): the tables a sync saw in storage (and made visible by name).
 _seen_on_disk: dict[tuple[int, str], set[str]] = {}
-
-
-def _quoted(identifier: str) -> str:
-    return "`" + identifier.replace("`", "``") + "`"
 
 
 def runtime_conf(config: TrickleConfig) -> dict[str, str]:

@@ -21,7 +21,7 @@ import re
 
 from airflow_trickle.model import DUP, ROW_ID, StorageLayout
 from airflow_trickle.errors import AlreadyExistsError, CatalogError, DefinitionError
-from airflow_trickle.names import quote_name, quote_string, split_name
+from airflow_trickle.names import quote_identifier, quote_name, quote_string, split_name
 
 TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
@@ -83,7 +83,7 @@ def clustering_columns(wanted: tuple[str, ...], columns: list[tuple[str, str]], 
 
 
 def _columns_sql(cluster_by: list[str]) -> str:
-    return "(" + ", ".join("`" + c.replace("`", "``") + "`" for c in cluster_by) + ")"
+    return "(" + ", ".join(quote_identifier(c) for c in cluster_by) + ")"
 
 
 def _cluster_sql(cluster_by: list[str] | None) -> str:
@@ -134,7 +134,7 @@ def create_storage_table(spark, name: str, columns: list[tuple[str, str]], stora
     if spark.catalog.tableExists(name):  # checked by the definition's analysis; made sure of here
         raise AlreadyExistsError("a table of this name already exists", stream_table=name)
     location = _default_location(spark, name)
-    spark.sql(f"CREATE TABLE delta.`{location.replace('`', '``')}` {body}")
+    spark.sql(f"CREATE TABLE delta.{quote_identifier(location)} {body}")
     name_table_at(spark, quote_name(name), location)
 
 

@@ -1,0 +1,194 @@
+"""An arrangement: a join input's columns sorted by its join key, probed by a change's keys.
+
+A delta term such as ``Δorders ⋈ lineitem_old`` needs the few line items of the changed orders;
+Spark finds them by scanning ``lineitem`` (Delta has no index, and random keys defeat file
+skipping: ``benchmarks/README.md``).  An arrangement keeps the columns a query reads of such an
+input sorted by the key, in an Arrow IPC file the refresh's process memory-maps -- the page
+cache keeps it warm from one task process to the next -- so that the rows of k keys cost k
+binary searches and a gather, not a scan.
+
+It is a **cache, never the truth**:
+
+* it holds the input at one Delta version (its *base*), plus *runs* of the change rows of later
+  versions, read from the table's change feed with delta-rs (``catch_up``), each with its signed
+  weight; a probe names the version it wants, and gets exactly the table's rows at that version
+  whose key it asks for, as a bag (base rows and runs consolidated), or :class:`Stale` when the
+  arrangement cannot give that version (older than its base, or a change feed it cannot read) --
+  the caller then rebuilds it or scans;
+* rows whose key is NULL are left out: an equality join never matches them;
+* the key must be an integer or a date (a sorted NumPy view of the mapped column); anything else
+  is refused at build.
+
+Measured beside today's scans in ``benchmarks/arrangement_spike.py`` (``benchmarks/README.md``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: The signed multiplicity of a run's row (+1 inserted, -1 deleted).
+WEIGHT = "__trickle_w"
+_INSERTED = pa.array(["insert", "update_postimage"])
+
+
+class Stale(LookupError):
+    """The arrangement cannot give the version asked for; rebuild it or scan the table."""
+
+
+@dataclass
+class Arrangement:
+    """The rows of ``columns`` of one Delta table, sorted by ``key``, at ``version`` plus ``runs``."""
+
+    folder: Path
+    uri: str
+    key: str
+    columns: list[str]
+    version: int
+    base: pa.Table
+    keys: np.ndarray
+    #: ``(old, new, rows with WEIGHT)``: the change rows of versions ``(old, new]``, contiguous
+    runs: list[tuple[int, int, pa.Table]] = field(default_factory=list)
+    storage_options: dict | None = None
+
+    # -- making and opening --------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, folder: Path, uri: str, key: str, columns: list[str], *, version: int | None = None,
+              storage_options: dict | None = None) -> "Arrangement":
+        """Read ``columns`` of the table at ``uri`` (``version``, else its newest) with delta-rs,
+        sort them by ``key`` and write the arrangement into ``folder`` (replacing one there)."""
+        from deltalake import DeltaTable
+
+        if key not in columns:
+            columns = [key, *columns]
+        table = DeltaTable(uri, version=version, storage_options=storage_options)
+        rows = table.to_pyarrow_dataset().to_table(columns=columns)
+        if not (pa.types.is_integer(rows.schema.field(key).type) or pa.types.is_date(rows.schema.field(key).type)):
+            raise TypeError(f"{uri}: cannot arrange by {key} of type {rows.schema.field(key).type} "
+                            "(integers and dates only)")
+        rows = rows.filter(pc.is_valid(rows[key]))
+        rows = rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending")])).combine_chunks()
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("run-*.arrow"):
+            old.unlink()
+        _write(folder / "base.arrow", rows)
+        manifest = {"uri": uri, "key": key, "columns": columns, "version": table.version(), "runs": []}
+        _write_manifest(folder, manifest)
+        return cls.open(folder, storage_options=storage_options)
+
+    @classmethod
+    def open(cls, folder: Path, *, storage_options: dict | None = None) -> "Arrangement":
+        """The arrangement kept in ``folder``, its files memory-mapped; :class:`Stale` if none."""
+        try:
+            manifest = json.loads((folder / "manifest.json").read_text())
+            base = _read(folder / "base.arrow")
+            runs = [(old, new, _read(folder / f"run-{old}-{new}.arrow")) for old, new in manifest["runs"]]
+        except (OSError, ValueError, KeyError, pa.ArrowInvalid) as err:
+            raise Stale(f"no arrangement in {folder}: {err}") from None
+        key = manifest["key"]
+        keys = (np.asarray(base[key].chunk(0).to_numpy(zero_copy_only=False)) if base.num_rows
+                else np.array([], dtype="int64"))
+        return cls(folder, manifest["uri"], key, list(manifest["columns"]), int(manifest["version"]), base, keys,
+                   runs, storage_options)
+
+    @property
+    def latest(self) -> int:
+        """The newest version the arrangement can give."""
+        return self.runs[-1][1] if self.runs else self.version
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its files (the base is mapped, not copied)."""
+        return sum(p.stat().st_size for p in self.folder.glob("*.arrow"))
+
+    # -- keeping up ----------------------------------------------------------------------------
+
+    def catch_up(self, version: int) -> None:
+        """Add the change feed's rows up to ``version`` as a run (delta-rs); :class:`Stale` when
+        the feed cannot be read (not enabled, or vacuumed)."""
+        if version <= self.latest:
+            return
+        from deltalake import DeltaTable
+
+        try:
+            feed = DeltaTable(self.uri, storage_options=self.storage_options).load_cdf(
+                self.latest + 1, version, columns=[*self.columns, "_change_type"])
+            rows = pa.table(feed)
+        except Exception as err:  # noqa: BLE001 - any failure to read the feed means: rebuild
+            raise Stale(f"{self.uri}: change feed ({self.latest}, {version}] unreadable: {err}") from None
+        inserted = pc.is_in(rows["_change_type"].cast(pa.string()), value_set=_INSERTED)
+        weight = pc.if_else(inserted, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
+        self.add_run(self.latest, version, rows.select(self.columns).append_column(WEIGHT, weight))
+
+    def add_run(self, old: int, new: int, changes: pa.Table) -> None:
+        """Keep ``changes`` -- the table's change rows of versions ``(old, new]``, ``columns`` plus
+        :data:`WEIGHT` -- as a run (a caller that read them already saves a second read)."""
+        if new <= self.latest:
+            return
+        if old != self.latest:
+            raise Stale(f"{self.uri}: arranged up to {self.latest}, changes from {old}")
+        run = changes.select([*self.columns, WEIGHT]).cast(self._weighted_schema())
+        run = run.filter(pc.is_valid(run[self.key]))
+        _write(self.folder / f"run-{old}-{new}.arrow", run)
+        self.runs.append((old, new, _read(self.folder / f"run-{old}-{new}.arrow")))
+        manifest = json.loads((self.folder / "manifest.json").read_text())
+        manifest["runs"] = [[a, b] for a, b, _ in self.runs]
+        _write_manifest(self.folder, manifest)
+
+    def run_rows(self) -> int:
+        return sum(r.num_rows for _, _, r in self.runs)
+
+    # -- probing -------------------------------------------------------------------------------
+
+    def probe(self, wanted, version: int) -> pa.Table:
+        """The table's rows at ``version`` whose key is among ``wanted`` (a bag, ``columns``)."""
+        if version < self.version or version > self.latest or (
+                version != self.version and all(new != version for _, new, _ in self.runs)):
+            raise Stale(f"{self.uri}: arranged at {self.version} with runs to {self.latest}; "
+                        f"version {version} asked")
+        wanted = np.unique(np.asarray(wanted, dtype=self.keys.dtype if self.keys.size else None))
+        low = np.searchsorted(self.keys, wanted, "left")
+        lengths = np.searchsorted(self.keys, wanted, "right") - low
+        total = int(lengths.sum())
+        starts = np.repeat(low - np.cumsum(lengths) + lengths, lengths)
+        taken = self.base.take(pa.array(np.arange(total) + starts)) if total else self.base.slice(0, 0)
+        value_set = pa.array(wanted, type=self.base.schema.field(self.key).type)
+        runs = [rows.filter(pc.is_in(rows[self.key], value_set=value_set))
+                for _, new, rows in self.runs if new <= version]
+        runs = [r for r in runs if r.num_rows]
+        if not runs:
+            return taken
+        weighted = taken.append_column(WEIGHT, pa.array(np.ones(total, "int64"))).cast(self._weighted_schema())
+        net = pa.concat_tables([weighted, *runs]).group_by(self.columns, use_threads=False).aggregate(
+            [(WEIGHT, "sum")])
+        counts = net[f"{WEIGHT}_sum"].to_numpy()
+        if (counts < 0).any():
+            raise Stale(f"{self.uri}: its runs delete rows its base does not hold")
+        return net.select(self.columns).take(pa.array(np.repeat(np.arange(net.num_rows), counts)))
+
+    def _weighted_schema(self) -> pa.Schema:
+        return pa.schema([*(f.with_nullable(True) for f in self.base.schema), pa.field(WEIGHT, pa.int64())])
+
+
+def _write(path: Path, rows: pa.Table) -> None:
+    """Write ``rows`` as one record batch (one contiguous column each, mapped whole), atomically."""
+    partial = path.with_suffix(".partial")
+    with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
+        writer.write_table(rows.combine_chunks(), max_chunksize=max(rows.num_rows, 1))
+    os.replace(partial, path)
+
+
+def _read(path: Path) -> pa.Table:
+    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+
+
+def _write_manifest(folder: Path, manifest: dict) -> None:
+    partial = folder / "manifest.partial"
+    partial.write_text(json.dumps(manifest))
+    os.replace(partial, folder / "manifest.json")

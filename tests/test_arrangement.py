@@ -1,0 +1,89 @@
+"""Arrangements (``storage/arrangement.py``) against the oracle: a probe at any version it can give
+equals the table at that version filtered to the keys asked for, as a multiset -- through random
+inserts, updates and deletes (committed by delta-rs, change feed on), duplicates and NULL keys,
+reopened from its folder as another process would; what it cannot give is refused.  No JVM."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_trickle.storage.arrangement import Arrangement, Stale
+
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("n", pa.int64())])
+
+
+def rows(rng: random.Random, count: int) -> pa.Table:
+    keys = [None if rng.random() < 0.1 else rng.randrange(20) for _ in range(count)]
+    values = [rng.choice(["a", "b", None]) for _ in range(count)]
+    return pa.table({"k": keys, "v": values, "n": [rng.randrange(3) for _ in range(count)]}, schema=SCHEMA)
+
+
+def bag(table: pa.Table, columns=("k", "v")) -> Counter:
+    return Counter(zip(*(table[c].to_pylist() for c in columns)))
+
+
+def expected(uri: str, version: int, keys) -> Counter:
+    table = DeltaTable(uri, version=version).to_pyarrow_table(columns=["k", "v"])
+    wanted = set(keys)
+    return Counter(r for r in bag(table) if r[0] is not None and r[0] in wanted for _ in range(bag(table)[r]))
+
+
+def change(table: DeltaTable, uri: str, rng: random.Random) -> None:
+    """One random commit: an append (with duplicates and NULL keys), a delete or an update."""
+    what = rng.choice(["append", "delete", "update", "duplicate"])
+    if what == "append":
+        write_deltalake(uri, rows(rng, rng.randrange(1, 8)), mode="append")
+    elif what == "duplicate":  # copies of rows already there
+        write_deltalake(uri, DeltaTable(uri).to_pyarrow_table().slice(0, 3), mode="append")
+    elif what == "delete":
+        table.delete(f"k = {rng.randrange(20)} OR n = {rng.randrange(3)}")
+    else:
+        table.update(updates={"k": f"k + {rng.randrange(1, 4)}", "v": "'u'"}, predicate=f"n = {rng.randrange(3)}")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_probes_equal_the_table_at_each_version_through_random_changes(tmp_path, seed):
+    rng = random.Random(seed)
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, rows(rng, 40), configuration={"delta.enableChangeDataFeed": "true"})
+    arranged = Arrangement.build(tmp_path / "arr", uri, "k", ["k", "v"])
+    start = arranged.version
+    for _ in range(6):
+        change(DeltaTable(uri), uri, rng)
+    newest = DeltaTable(uri).version()
+    for step in range(start + 1, newest + 1, 2):  # caught up a version or two at a time
+        arranged.catch_up(step)
+    arranged.catch_up(newest)
+    assert arranged.latest == newest and arranged.run_rows() > 0
+    reopened = Arrangement.open(tmp_path / "arr")  # another process: the files, mapped
+    for version in sorted({start, *(new for _, new, _ in arranged.runs)}):
+        for _ in range(4):
+            keys = [rng.randrange(-2, 26) for _ in range(rng.randrange(0, 12))]
+            want = expected(uri, version, keys)
+            assert bag(arranged.probe(keys, version)) == want, (version, keys)
+            assert bag(reopened.probe(keys, version)) == want, (version, keys)
+    assert bag(arranged.probe(list(range(-1, 30)), newest)) == expected(uri, newest, range(-1, 30))
+
+
+def test_what_it_cannot_give_is_refused(tmp_path):
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, rows(random.Random(4), 10))  # no change feed
+    write_deltalake(uri, rows(random.Random(5), 5), mode="append")
+    arranged = Arrangement.build(tmp_path / "arr", uri, "k", ["k", "v"], version=1)
+    with pytest.raises(Stale, match="version 0 asked"):
+        arranged.probe([1], 0)  # before its base
+    write_deltalake(uri, rows(random.Random(6), 5), mode="append")
+    with pytest.raises(Stale, match="version 2 asked"):
+        arranged.probe([1], 2)  # not caught up
+    write_deltalake(uri, rows(random.Random(7), 5), mode="overwrite",
+                    configuration={"delta.enableChangeDataFeed": "false"})
+    with pytest.raises(Stale):
+        Arrangement.open(tmp_path / "nowhere")
+    with pytest.raises(TypeError, match="integers and dates only"):
+        Arrangement.build(tmp_path / "by-string", uri, "v", ["k", "v"])
+    assert bag(arranged.probe([1, 2, 3], 1)) == expected(uri, 1, [1, 2, 3])

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from airflow_trickle import Trickle  # noqa: E402
-from airflow_trickle.storage.arrangement import WEIGHT, Arrangement  # noqa: E402
+from airflow_trickle.storage.arrangement import WEIGHT, Arrangement, change_rows  # noqa: E402
 from tests import tpch  # noqa: E402
 
 W = "__w"
@@ -255,16 +255,10 @@ def main() -> int:
                 return spark.sql(q.delta_sql).collect()
 
             def feed_by_delta_rs(table, columns) -> pa.Table:
-                from deltalake import DeltaTable
-
-                rows = pa.table(DeltaTable(location[table]).load_cdf(old[table] + 1, new[table],
-                                                                     columns=[*columns, "_change_type"]))
-                inserted = pc.is_in(rows["_change_type"].cast(pa.string()), value_set=pa.array(["insert", "update_postimage"]))
-                weight = pc.if_else(inserted, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
-                rows = rows.select(columns)
+                rows = change_rows(location[table], old[table], new[table], columns)
                 plain = pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f
                                    for f in rows.schema])  # Spark's Arrow reader takes no string views
-                return rows.cast(plain).append_column(W, weight)
+                return rows.cast(plain).rename_columns([W if c == WEIGHT else c for c in rows.column_names])
 
             def arranged(feeds: str):
                 phases = {}

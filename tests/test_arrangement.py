@@ -28,9 +28,9 @@ def bag(table: pa.Table, columns=("k", "v")) -> Counter:
 
 
 def expected(uri: str, version: int, keys) -> Counter:
-    table = DeltaTable(uri, version=version).to_pyarrow_table(columns=["k", "v"])
     wanted = set(keys)
-    return Counter(r for r in bag(table) if r[0] is not None and r[0] in wanted for _ in range(bag(table)[r]))
+    everything = bag(DeltaTable(uri, version=version).to_pyarrow_table(columns=["k", "v"]))
+    return Counter({row: n for row, n in everything.items() if row[0] is not None and row[0] in wanted})
 
 
 def change(table: DeltaTable, uri: str, rng: random.Random) -> None:
@@ -80,8 +80,6 @@ def test_what_it_cannot_give_is_refused(tmp_path):
     write_deltalake(uri, rows(random.Random(6), 5), mode="append")
     with pytest.raises(Stale, match="version 2 asked"):
         arranged.probe([1], 2)  # not caught up
-    write_deltalake(uri, rows(random.Random(7), 5), mode="overwrite",
-                    configuration={"delta.enableChangeDataFeed": "false"})
     with pytest.raises(Stale):
         Arrangement.open(tmp_path / "nowhere")
     with pytest.raises(TypeError, match="integers and dates only"):

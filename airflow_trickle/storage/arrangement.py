@@ -78,8 +78,7 @@ class Arrangement:
         for old in folder.glob("run-*.arrow"):
             old.unlink()
         _write(folder / "base.arrow", rows)
-        manifest = {"uri": uri, "key": key, "columns": columns, "version": table.version(), "runs": []}
-        _write_manifest(folder, manifest)
+        cls(folder, uri, key, columns, table.version(), rows, np.array([]))._write_manifest()
         return cls.open(folder, storage_options=storage_options)
 
     @classmethod
@@ -114,17 +113,11 @@ class Arrangement:
         the feed cannot be read (not enabled, or vacuumed)."""
         if version <= self.latest:
             return
-        from deltalake import DeltaTable
-
         try:
-            feed = DeltaTable(self.uri, storage_options=self.storage_options).load_cdf(
-                self.latest + 1, version, columns=[*self.columns, "_change_type"])
-            rows = pa.table(feed)
+            rows = change_rows(self.uri, self.latest, version, self.columns, self.storage_options)
         except Exception as err:  # noqa: BLE001 - any failure to read the feed means: rebuild
             raise Stale(f"{self.uri}: change feed ({self.latest}, {version}] unreadable: {err}") from None
-        inserted = pc.is_in(rows["_change_type"].cast(pa.string()), value_set=_INSERTED)
-        weight = pc.if_else(inserted, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
-        self.add_run(self.latest, version, rows.select(self.columns).append_column(WEIGHT, weight))
+        self.add_run(self.latest, version, rows)
 
     def add_run(self, old: int, new: int, changes: pa.Table) -> None:
         """Keep ``changes`` -- the table's change rows of versions ``(old, new]``, ``columns`` plus
@@ -137,9 +130,7 @@ class Arrangement:
         run = run.filter(pc.is_valid(run[self.key]))
         _write(self.folder / f"run-{old}-{new}.arrow", run)
         self.runs.append((old, new, _read(self.folder / f"run-{old}-{new}.arrow")))
-        manifest = json.loads((self.folder / "manifest.json").read_text())
-        manifest["runs"] = [[a, b] for a, b, _ in self.runs]
-        _write_manifest(self.folder, manifest)
+        self._write_manifest()
 
     def run_rows(self) -> int:
         return sum(r.num_rows for _, _, r in self.runs)
@@ -172,8 +163,28 @@ class Arrangement:
             raise Stale(f"{self.uri}: its runs delete rows its base does not hold")
         return net.select(self.columns).take(pa.array(np.repeat(np.arange(net.num_rows), counts)))
 
+    def _write_manifest(self) -> None:
+        """What :meth:`open` needs besides the files, written atomically."""
+        manifest = {"uri": self.uri, "key": self.key, "columns": self.columns, "version": self.version,
+                    "runs": [[old, new] for old, new, _ in self.runs]}
+        partial = self.folder / "manifest.partial"
+        partial.write_text(json.dumps(manifest))
+        os.replace(partial, self.folder / "manifest.json")
+
     def _weighted_schema(self) -> pa.Schema:
         return pa.schema([*(f.with_nullable(True) for f in self.base.schema), pa.field(WEIGHT, pa.int64())])
+
+
+def change_rows(uri: str, after: int, up_to: int, columns: list[str], storage_options: dict | None = None) -> pa.Table:
+    """The change feed of the table at ``uri`` over versions ``(after, up_to]`` (delta-rs):
+    ``columns`` plus :data:`WEIGHT`, +1 for an insert or post-image, -1 for a delete or pre-image."""
+    from deltalake import DeltaTable
+
+    rows = pa.table(DeltaTable(uri, storage_options=storage_options).load_cdf(
+        after + 1, up_to, columns=[*columns, "_change_type"]))
+    inserted = pc.is_in(rows["_change_type"].cast(pa.string()), value_set=_INSERTED)
+    weight = pc.if_else(inserted, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
+    return rows.select(columns).append_column(WEIGHT, weight)
 
 
 def _write(path: Path, rows: pa.Table) -> None:
@@ -186,9 +197,3 @@ def _write(path: Path, rows: pa.Table) -> None:
 
 def _read(path: Path) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-
-
-def _write_manifest(folder: Path, manifest: dict) -> None:
-    partial = folder / "manifest.partial"
-    partial.write_text(json.dumps(manifest))
-    os.replace(partial, folder / "manifest.json")

@@ -252,6 +252,14 @@ class Trickle:
 
         return health(self, record_alerts=record_alerts)
 
+    def arrangements(self) -> list[dict]:
+        """The join arrangements this process's refreshes keep (``docs/how-it-works.md``), most
+        recently used first, and nothing when they are turned off."""
+        from airflow_trickle.refresh.arranged import arrangements_of
+
+        kept = arrangements_of(self.config)
+        return kept.kept() if kept is not None else []
+
     def maintain(self, names: list[str] | None = None, *, retention_hours: float | None = None) -> list:
         """Compact (OPTIMIZE) and VACUUM the storage of ``names`` (default: all stream tables) with
         a retention that keeps what every reader still needs, and compact the catalog; one

@@ -134,6 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _arrangements_line(tr) -> str:
+    """``health``'s last line: the join arrangements kept here, and their bound."""
+    from airflow_trickle.refresh.arranged import arrangements_of
+
+    kept = arrangements_of(tr.config)
+    if kept is None:
+        return "join arrangements: off (arrangement_max_bytes 0)"
+    rows = kept.kept()
+    used = sum(r["bytes"] for r in rows)
+    return (f"join arrangements: {len(rows)} kept in {kept.root}, {used / 2**20:.1f} MiB of "
+            f"{kept.max_bytes / 2**20:.0f} MiB" + "".join(f"\n  {r['table']} by {r['key']} ({r['columns']}): "
+                                                         f"versions {r['versions']}, {r['bytes'] / 2**20:.1f} MiB, "
+                                                         f"used {r['last_used']}" for r in rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.storage_option = list(args.storage_option or []) + list(getattr(args, "verb_storage_option", None) or [])
@@ -282,6 +297,8 @@ def _verb(tr, args) -> int:
                 for s in report for r in s.readers]
         _emit(args, rows, columns=["source", "change_feed", "versions", "retention", "reader", "frontier", "status",
                                    "time_left", "message"])
+        if not args.json:
+            print(_arrangements_line(tr))
         return 0 if all(s.status == "OK" for s in report) else 1
     elif args.verb == "check":
         findings = tr.check()

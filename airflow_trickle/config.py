@@ -57,6 +57,17 @@ class TrickleConfig:
     #: delta-rs in the refreshing process instead of a Spark MERGE (Spark still computes it;
     #: ``refresh/local_merge.py``); 0 turns that off.
     local_commit_max_rows: int = 100_000
+    #: Bytes the refreshing process may keep as join arrangements (``refresh/arranged.py``): a
+    #: large join input a delta probes, sorted by its join key in a memory-mapped file, so that
+    #: the change's partners cost a lookup instead of a scan; the least recently used are evicted
+    #: past it.  0 turns arrangements off (every join delta scans its inputs).
+    arrangement_max_bytes: int = 4 * 1024**3
+    #: Where they are kept: a local folder of the refreshing process (None: the
+    #: ``arrangements`` folder of the cache, ``~/.cache/airflow_trickle`` or ``TRICKLE_JAR_CACHE``).
+    arrangement_dir: str | None = None
+    #: A join delta probes arrangements when one of the inputs it looks up holds at least this
+    #: many rows (smaller inputs are scanned cheaply; the first probe builds an arrangement).
+    arrangement_min_rows: int = 1_000_000
     #: How a FULL refresh writes: ``auto`` (replace the stored rows unless another stream table
     #: reads this one, then MERGE only the difference), ``merge`` or ``overwrite``.
     full_refresh_write: str = "auto"
@@ -120,7 +131,7 @@ class TrickleConfig:
                 continue
             default = getattr(cls(), f.name)
             # the optional fields: the warehouse (a path), the others numbers
-            kind = str if f.name in ("warehouse", "metastore_uri") else float if default is None else type(default)
+            kind = str if f.name in ("warehouse", "metastore_uri", "arrangement_dir") else float if default is None else type(default)
             values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on") if kind is bool else kind(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

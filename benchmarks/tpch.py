@@ -131,7 +131,7 @@ def main() -> int:
     for table in tpch.TABLES:
         tr.sql(f"SELECT COUNT(*) FROM tpch.{table}").collect()
     print(f"changes ({args.changes}) applied: {len(statements)} statements, after one untimed cycle\n", flush=True)
-    print(f"{'query':6} {'DIFF s':>7} {'ours s':>7} {'plan s':>7} {'commit s':>9} {'jobs':>5} {'FULL s':>7} {'plain s':>8} "
+    print(f"{'query':6} {'DIFF s':>7} {'ours s':>7} {'plan s':>7} {'probe s':>8} {'commit s':>9} {'jobs':>5} {'FULL s':>7} {'plain s':>8} "
           f"{'FULL/DIFF':>10} {'plain/DIFF':>11}  rows", flush=True)
     ratios_full, ratios_plain, diffs, plains, ours = [], [], [], [], []
     for number, name in enumerate(chosen):
@@ -161,6 +161,7 @@ def main() -> int:
         # the DIFFERENTIAL table runs FULL where the cost model finds recomputing cheaper: say so
         chose = "" if diff.action == "DIFFERENTIAL" else f"  (ran {diff.action}: {diff.reason})"
         print(f"{name:6} {diff_s:7.2f} {bookkeeping:7.2f} {phases.get('plan', 0) / 1000:7.2f} "
+              f"{phases.get('probe', 0) / 1000:8.2f} "
               f"{phases.get('commit', 0) / 1000:9.2f} "
               f"{phases.get('spark_jobs', 0):5} {full_s:7.2f} {plain_s:8.2f} {full_s / diff_s:9.2f}x "
               f"{plain_s / diff_s:10.2f}x  {len(stored)}{chose}", flush=True)

@@ -1,6 +1,7 @@
 """Kill trials at length: refreshes killed (SIGKILL) at random moments, retried, checked.
 
     .venv/bin/python scripts/kill_trials.py --trials 100 [--seed 1] [--sessions connect,classic] [--keep] [--s3]
+                                            [--arrangements]
 
 Starts a Spark service for a fresh warehouse, builds ``tests/kill_trials.py``'s scenario,
 measures each operation unkilled, then runs the trials: a random operation (refresh, FULL,
@@ -36,6 +37,8 @@ def main() -> int:
                         help="comma-separated: the child's Spark, the service (connect) or its own (classic)")
     parser.add_argument("--keep", action="store_true", help="keep the warehouse (its path is printed)")
     parser.add_argument("--s3", action="store_true", help="the warehouse on a local s3proxy")
+    parser.add_argument("--arrangements", action="store_true",
+                        help="every join delta probes arrangements (arrangement_min_rows 0), kept in the scratch folder")
     args = parser.parse_args()
 
     from airflow_trickle import Trickle
@@ -45,6 +48,9 @@ def main() -> int:
     operations = [o.strip() for o in args.operations.split(",") if o.strip()]
     sessions = [s.strip() for s in args.sessions.split(",") if s.strip()]
     warehouse = scratch = tempfile.mkdtemp(prefix="kill-trials-")
+    if args.arrangements:  # this process's retries and every child's refresh
+        os.environ["TRICKLE_ARRANGEMENT_MIN_ROWS"] = "0"
+        os.environ["TRICKLE_ARRANGEMENT_DIR"] = os.path.join(scratch, "arrangements")
     s3 = None
     if args.s3:
         import json

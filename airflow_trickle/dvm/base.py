@@ -52,8 +52,8 @@ class Versions:
     consolidate: bool = True
     #: Facts a refresh computed before its applying statement (``refresh/differential.py``),
     #: keyed by the operator they belong to: the groups an aggregate's input delta touches
-    #: (:meth:`known_groups`) and the views holding parts of a recursive CTE's delta
-    #: (:meth:`view_of`).  The operator tree itself is never changed after planning.
+    #: (:meth:`known_groups`), the views holding parts of a recursive CTE's delta
+    #: (:meth:`view_of`) and the inputs a join-delta term probed (:meth:`probed`).  The operator tree itself is never changed after planning.
     bound: dict = field(default_factory=dict, compare=False)
 
     def bind(self, node: "Node", what: str, value) -> "Versions":
@@ -68,6 +68,12 @@ class Versions:
     def view_of(self, node: "Node", part: str) -> str | None:
         """The view a refresh computed ``part`` of ``node``'s delta into, if it did."""
         return self.bound.get((id(node), part))
+
+    def probed(self, node: "Node", changed: int) -> dict[int, tuple[str, tuple[str, ...]]] | None:
+        """The relations a refresh probed for the term of ``node``'s join delta that joins the
+        change of FROM item ``changed`` (``dvm/probes.py``): FROM item -> (view, its columns);
+        the changed item's view holds its change rows with their weights."""
+        return self.bound.get((id(node), f"probed {changed}"))
 
     def changed(self, name: str) -> bool:
         return self.old.get(name) != self.new.get(name)

@@ -17,6 +17,7 @@ from enum import StrEnum
 from sqlglot import exp
 
 from airflow_trickle.dvm.base import W, Versions, parse_sql, union_all
+from airflow_trickle.names import quote_identifier
 
 
 class JoinKind(StrEnum):
@@ -63,13 +64,32 @@ def join_delta(block, v: Versions, expressions: list[exp.Expression], outer_term
         if block.is_linear_in(i):
             term = select.copy()
             term.append("expressions", exp.column(W, table=alias, quoted=True).as_(W))
-            terms.append(block.render(term, before + [node.delta(v)] + after))
+            parts = before + [node.delta(v)] + after
+            probed = v.probed(block, i)
+            if probed:
+                parts = _with_probed(term, block, parts, i, probed)
+            terms.append(block.render(term, parts))
         else:
             terms += outer_terms(block, v, i, select, before, after)
     if not terms:
         names = ", ".join(f"CAST(NULL AS STRING) AS `{e.alias_or_name}`" for e in expressions)
         return parse_sql(f"SELECT {names}, CAST(0 AS BIGINT) AS {W} WHERE false")
     return union_all(terms)
+
+
+def _with_probed(term: exp.Select, block, parts: list[exp.Query], changed: int,
+                 probed: dict[int, tuple[str, tuple[str, ...]]]) -> list[exp.Query]:
+    """``parts`` with each probed FROM item read from the relation the refresh probed into
+    (``dvm/probes.py``), where that relation holds every column of the item the term reads."""
+    parts = list(parts)
+    for item, (view, columns) in probed.items():
+        alias = block.items[item][0]
+        held = [*columns, W] if item == changed else list(columns)
+        if not {c.name for c in term.find_all(exp.Column) if c.table == alias} <= set(held):
+            continue
+        names = ", ".join(quote_identifier(c) for c in held)
+        parts[item] = parse_sql(f"SELECT {names} FROM {view}")
+    return parts
 
 
 def semi_join(select: exp.Select, key_exprs: list[exp.Expression], keys: exp.Query) -> exp.Select:

@@ -29,6 +29,7 @@ from airflow_trickle.model import Action, RefreshMode
 from airflow_trickle.refresh.cost import ObservedTimes, observed_times
 from airflow_trickle.refresh.decide import (Decision, after_failure, after_schema_check, by_cost_model, change_estimate,
                                             without_delta)
+from airflow_trickle.refresh.arranged import probe_inputs
 from airflow_trickle.refresh.differential import drop_views, is_append, plan_differential, statement
 from airflow_trickle.refresh.failures import with_retries
 from airflow_trickle.refresh.local_merge import merge_locally
@@ -96,8 +97,7 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
     decision = by_cost_model(decision, st, estimate, observed, env.config)
     delta_sql, appending = None, False
     if decision.action == Action.DIFFERENTIAL:
-        with clock.phase("plan"):
-            planned, why_not = _differential_sql(env, st, current, scratch)
+        planned, why_not = _differential_sql(env, st, current, scratch, clock)
         if planned is None:
             decision = without_delta(decision, st, why_not)
         else:
@@ -171,15 +171,23 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                    rows_touched=touched, changed_rows=estimate.changed_rows if estimate is not None else None)
 
 
-def _differential_sql(env, st: StreamTable, current: dict[str, int],
-                      scratch: list[str]) -> tuple[tuple[str, bool] | None, str | None]:
-    """``((the statement applying the delta, whether it is an append), None)``, planned once and
-    executed up to the commit (``refresh/differential.py``), or ``(None, why not)``."""
-    plan, why_not = plan_differential(env, st, current)
+def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: list[str],
+                      clock: PhaseClock) -> tuple[tuple[str, bool] | None, str | None]:
+    """``((the statement applying the delta, whether it is an append), None)``, planned once,
+    its join inputs probed where arrangements pay (``refresh/arranged.py``) and executed up to
+    the commit (``refresh/differential.py``), or ``(None, why not)``."""
+    with clock.phase("plan"):
+        plan, why_not = plan_differential(env, st, current)
     if plan is None:
         return None, why_not
+    with clock.phase("probe"):
+        versions, probed = probe_inputs(env, plan, scratch)
+    clock.move(probed.build_ms, "probe", "arrange")
+    for line in probed.lines():
+        log.info("%s: %s", st.name, line)
     try:
-        return (statement(env, plan, scratch), is_append(plan)), None
+        with clock.phase("plan"):
+            return (statement(env, plan, scratch, versions), is_append(plan)), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
 

@@ -109,11 +109,11 @@ class ObservedTimes:
 
 
 def spark_ms(phases: dict | None) -> int | None:
-    """Milliseconds a refresh spent planning and committing with Spark (its ``plan`` and
-    ``commit`` phases), or None when it did not commit."""
+    """Milliseconds a refresh spent planning, probing and committing (its ``plan``, ``probe``
+    and ``commit`` phases), or None when it did not commit."""
     if not phases or "commit" not in phases:
         return None
-    return int(phases.get("plan") or 0) + int(phases["commit"])
+    return int(phases.get("plan") or 0) + int(phases.get("probe") or 0) + int(phases["commit"])
 
 
 def observed_times(records) -> ObservedTimes:

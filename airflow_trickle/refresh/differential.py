@@ -85,14 +85,15 @@ def plan_differential(env, st, current: dict[str, int]) -> tuple[DeltaPlan | Non
         return None, f"cannot maintain differentially: {err}"
 
 
-def statement(env, plan: DeltaPlan, scratch: list[str]) -> str:
+def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | None = None) -> str:
     """Run ``plan``'s preparatory statements; the statement that applies the delta.
 
-    The temporary views made on the way are named in ``scratch`` (dropped after the commit by
-    :func:`drop_views`).  Raises :class:`~airflow_trickle.dvm.base.Unsupported` when the delta
-    cannot be rendered.
+    ``versions``: the plan's, with what the refresh bound already (the inputs it probed:
+    ``refresh/arranged.py``).  The temporary views made on the way are named in ``scratch``
+    (dropped after the commit by :func:`drop_views`).  Raises
+    :class:`~airflow_trickle.dvm.base.Unsupported` when the delta cannot be rendered.
     """
-    v = plan.versions
+    v = versions or plan.versions
     for node, part in plan.checkpoints:
         v = v.bind(node, part, _checkpoint(env, plan.part_sql(v, node, part), part, scratch))
     if not plan.probes_boundary:

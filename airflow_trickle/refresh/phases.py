@@ -6,7 +6,12 @@ explained from ``trickle history --json`` alone, and the benchmarks print the sa
 * ``catalog``  — catalog reads and frontier recovery (delta-rs, no Spark)
 * ``versions`` — source versions, empty-commit check, change estimate, action choice (Delta logs)
 * ``schema``   — source schema check (Spark analysis only, no job)
-* ``plan``     — the delta SQL built (sqlglot)
+* ``plan``     — the delta SQL built (sqlglot), and the statements it needs first (a top-K's
+  candidates, a recursive CTE's parts)
+* ``probe``    — a join delta's change read and its partners probed in arrangements
+  (``refresh/arranged.py``; 0 when no term is probed)
+* ``arrange``  — arrangements built on the way (once per input, after a restart or an
+  eviction: left out of what the cost model counts as the delta's time)
 * ``commit``   — the Spark statement that computes and commits the change (MERGE or append)
 * ``record``   — the catalog row written after the commit
 
@@ -21,7 +26,7 @@ from typing import Iterator
 
 
 #: The phases in the order a refresh runs them (stored JSON comes back sorted by name).
-PHASES = ("catalog", "versions", "schema", "plan", "commit", "record")
+PHASES = ("catalog", "versions", "schema", "plan", "probe", "arrange", "commit", "record")
 
 
 class PhaseClock:
@@ -42,6 +47,12 @@ class PhaseClock:
             yield
         finally:
             self.ms[name] = self.ms.get(name, 0) + int((time.monotonic() - started) * 1000)
+
+    def move(self, ms: int, source: str, target: str) -> None:
+        """Count ``ms`` of phase ``source`` under ``target`` instead (a part timed inside it)."""
+        if ms > 0:
+            self.ms[source] = max(self.ms.get(source, 0) - ms, 0)
+            self.ms[target] = self.ms.get(target, 0) + ms
 
     def spark_jobs(self) -> int | None:
         return self._jobs.count() if self._jobs is not None else None

@@ -63,6 +63,28 @@ class SparkEngine:
 
         self.spark.sql(hoist_nested_ctes(text)).localCheckpoint().createOrReplaceTempView(view)
 
+    def local_relation(self, rows, view: str) -> None:
+        """Hand the Arrow table ``rows`` (a change, or the rows a probe found: small) to Spark as
+        the temporary view ``view``; string and binary views are sent as plain strings and bytes."""
+        import pyarrow as pa
+
+        fields = []
+        for f in rows.schema:
+            kind = f.type
+            if pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+                kind = pa.string()
+            elif pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+                kind = pa.binary()
+            fields.append(pa.field(f.name, kind, nullable=True))
+        schema = pa.schema(fields)
+        if rows.num_rows:
+            frame = self.spark.createDataFrame(rows.cast(schema))
+        else:  # nothing to infer a schema from
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            frame = self.spark.createDataFrame([], from_arrow_schema(schema))
+        frame.createOrReplaceTempView(view)
+
     def drop_view(self, view: str) -> None:
         try:
             self.spark.catalog.dropTempView(view)

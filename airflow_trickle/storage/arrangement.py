@@ -55,6 +55,8 @@ class Arrangement:
     #: ``(old, new, rows with WEIGHT)``: the change rows of versions ``(old, new]``, contiguous
     runs: list[tuple[int, int, pa.Table]] = field(default_factory=list)
     storage_options: dict | None = None
+    #: The Delta table's id (its metadata's): a table replaced at the same URI is another table.
+    table_id: str = ""
 
     # -- making and opening --------------------------------------------------------------------
 
@@ -75,10 +77,14 @@ class Arrangement:
         rows = rows.filter(pc.is_valid(rows[key]))
         rows = rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending")])).combine_chunks()
         folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.glob("run-*.arrow"):
-            old.unlink()
-        _write(folder / "base.arrow", rows)
-        cls(folder, uri, key, columns, table.version(), rows, np.array([]))._write_manifest()
+        # the new base under its own name, then the manifest naming it, then the old files: a
+        # build killed at any point leaves the old arrangement whole, or one that cannot open
+        _write(folder / _base_name(table.version()), rows)
+        cls(folder, uri, key, columns, table.version(), rows, np.array([]),
+            table_id=table.metadata().id)._write_manifest()
+        for old in [*folder.glob("run-*.arrow"), *folder.glob("base-*.arrow")]:
+            if old.name != _base_name(table.version()):
+                old.unlink()
         return cls.open(folder, storage_options=storage_options)
 
     @classmethod
@@ -86,7 +92,7 @@ class Arrangement:
         """The arrangement kept in ``folder``, its files memory-mapped; :class:`Stale` if none."""
         try:
             manifest = json.loads((folder / "manifest.json").read_text())
-            base = _read(folder / "base.arrow")
+            base = _read(folder / _base_name(int(manifest["version"])))
             runs = [(old, new, _read(folder / f"run-{old}-{new}.arrow")) for old, new in manifest["runs"]]
         except (OSError, ValueError, KeyError, pa.ArrowInvalid) as err:
             raise Stale(f"no arrangement in {folder}: {err}") from None
@@ -94,7 +100,7 @@ class Arrangement:
         keys = (np.asarray(base[key].chunk(0).to_numpy(zero_copy_only=False)) if base.num_rows
                 else np.array([], dtype="int64"))
         return cls(folder, manifest["uri"], key, list(manifest["columns"]), int(manifest["version"]), base, keys,
-                   runs, storage_options)
+                   runs, storage_options, manifest.get("table_id", ""))
 
     @property
     def latest(self) -> int:
@@ -135,12 +141,15 @@ class Arrangement:
     def run_rows(self) -> int:
         return sum(r.num_rows for _, _, r in self.runs)
 
+    def holds(self, version: int) -> bool:
+        """Whether :meth:`probe` can give ``version``: the base's, or the end of a run."""
+        return version == self.version or any(new == version for _, new, _ in self.runs)
+
     # -- probing -------------------------------------------------------------------------------
 
     def probe(self, wanted, version: int) -> pa.Table:
         """The table's rows at ``version`` whose key is among ``wanted`` (a bag, ``columns``)."""
-        if version < self.version or version > self.latest or (
-                version != self.version and all(new != version for _, new, _ in self.runs)):
+        if not self.holds(version):
             raise Stale(f"{self.uri}: arranged at {self.version} with runs to {self.latest}; "
                         f"version {version} asked")
         wanted = np.unique(np.asarray(wanted, dtype=self.keys.dtype if self.keys.size else None))
@@ -166,7 +175,7 @@ class Arrangement:
     def _write_manifest(self) -> None:
         """What :meth:`open` needs besides the files, written atomically."""
         manifest = {"uri": self.uri, "key": self.key, "columns": self.columns, "version": self.version,
-                    "runs": [[old, new] for old, new, _ in self.runs]}
+                    "table_id": self.table_id, "runs": [[old, new] for old, new, _ in self.runs]}
         partial = self.folder / "manifest.partial"
         partial.write_text(json.dumps(manifest))
         os.replace(partial, self.folder / "manifest.json")
@@ -185,6 +194,10 @@ def change_rows(uri: str, after: int, up_to: int, columns: list[str], storage_op
     inserted = pc.is_in(rows["_change_type"].cast(pa.string()), value_set=_INSERTED)
     weight = pc.if_else(inserted, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
     return rows.select(columns).append_column(WEIGHT, weight)
+
+
+def _base_name(version: int) -> str:
+    return f"base-{version}.arrow"
 
 
 def _write(path: Path, rows: pa.Table) -> None:

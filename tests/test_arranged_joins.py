@@ -1,0 +1,89 @@
+"""Join deltas that probe arrangements, against the full-recompute oracle (tests/oracle.py).
+
+The arrangements are turned on for every input (``arrangement_min_rows`` 0) in a folder of the
+test's own.  Random batches of inserts, deletes, key-moving updates and emptied tables, with
+NULL keys and duplicates, drive stream tables over inner, three-way, aggregated and LEFT
+joins; between batches the arrangements are left warm, wiped (a restart, an eviction, another
+worker) or left behind by a table that refreshes less often, and after every refresh each
+stream table equals its query.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+from hypothesis import given
+
+from tests.oracle import STRATEGIES, batches, oracle_settings, workload
+
+QUERIES = {
+    "three": "SELECT o.id, c.region, x.v FROM {db}.o o, {db}.c c, {db}.x x WHERE o.cid = c.id AND x.k = c.id",
+    "agg": "SELECT x.v, COUNT(*) AS n, SUM(o.amount) AS s, MAX(o.price) AS m FROM {db}.o o "
+           "JOIN {db}.c c ON o.cid = c.id JOIN {db}.x x ON x.k = c.id GROUP BY x.v",
+    # refreshed every other batch: it shares the arrangement of c by id (with the columns id,
+    # region) with ``inner``, at an older frontier
+    "lagging": "SELECT o.id, o.amount, c.region FROM {db}.o o LEFT JOIN {db}.c c ON o.cid = c.id",
+    "inner": "SELECT c.region, o.cid FROM {db}.c c JOIN {db}.o o ON o.cid = c.id WHERE c.region IS NOT NULL",
+}
+
+
+def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_path, monkeypatch, caplog):
+    folder = tmp_path / "arrangements"
+    monkeypatch.setattr(tr.config, "arrangement_min_rows", 0)
+    monkeypatch.setattr(tr.config, "arrangement_dir", str(folder))
+    tables = ["o", "c", "x"]
+    load = workload(tr, db, tables, QUERIES)
+    lagging = f"{db}.lagging"
+    seen = []
+
+    def refresh(names) -> None:
+        for name in names:
+            result = tr.refresh_stream_table(name)
+            assert result.status == "COMPLETED", result
+            assert result.action in ("NO_DATA", "DIFFERENTIAL"), (name, result.action, result.reason)
+            load.check(name)
+
+    @oracle_settings
+    @given(batches({t: STRATEGIES[t] for t in tables}))
+    def run(batch):
+        arrangements = ["warm", "lag", "wiped"][len(seen) % 3]
+        seen.append(arrangements)
+        if arrangements == "wiped":
+            shutil.rmtree(folder, ignore_errors=True)
+        load.apply(batch)
+        with caplog.at_level(logging.INFO, logger="airflow_trickle"):
+            refresh([n for n in load.queries if n != lagging or arrangements != "lag"])
+
+    run()
+    refresh([lagging])
+    text = caplog.text
+    assert "probed" in text, "no join delta probed an arrangement"
+    assert "built at" in text
+    assert "caught up" in text or "warm" in text
+    assert "wiped" in seen and "lag" in seen
+
+
+@pytest.mark.both_spark_modes
+def test_arrangements_off_and_unprobeable_terms_keep_the_scans(tr, db, tmp_path, monkeypatch, caplog):
+    """With ``arrangement_max_bytes`` 0 nothing is probed; a key that is a string is not
+    arranged, and the term keeps its scans; both stay exact."""
+    folder = tmp_path / "arrangements"
+    monkeypatch.setattr(tr.config, "arrangement_min_rows", 0)
+    monkeypatch.setattr(tr.config, "arrangement_dir", str(folder))
+    load = workload(tr, db, ["o", "c"], {
+        "by_string": "SELECT a.id, b.id AS other FROM {db}.c a JOIN {db}.c b ON a.region = b.region",
+        "equi": "SELECT o.id, c.region FROM {db}.o o JOIN {db}.c c ON o.cid = c.id",
+    })
+    load.insert("c", [(7, "n"), (8, None)])
+    load.insert("o", [(9, 3, 1, None), (10, None, 2, None)])
+    with caplog.at_level(logging.INFO, logger="airflow_trickle"):
+        load.refresh_all()
+    assert "scanned (TypeError" in caplog.text  # the string key refused at build
+    assert any(folder.iterdir())
+    monkeypatch.setattr(tr.config, "arrangement_max_bytes", 0)
+    shutil.rmtree(folder)
+    load.insert("o", [(11, 1, 3, "2.00")])
+    load.insert("c", [(1, "w")])
+    load.refresh_all()
+    assert not folder.exists()

@@ -71,7 +71,8 @@ def pytest_configure(config):
 LONG_MODULES = {"test_dvm_oracle.py": 450, "test_tpch.py": 265, "test_cascade.py": 300,
                 "test_service.py": 340, "test_dvm_oracle_joins.py": 200, "test_airflow_example.py": 240,
                 "test_differential.py": 170, "test_lifecycle.py": 230, "test_recursive.py": 155, "test_repair.py": 70,
-                "test_airflow_live.py": 220, "test_object_storage.py": 480, "test_metastore.py": 110}
+                "test_airflow_live.py": 220, "test_object_storage.py": 480, "test_metastore.py": 110,
+                "test_arranged_joins.py": 110}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

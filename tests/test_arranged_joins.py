@@ -3,7 +3,7 @@
 The arrangements are turned on for every input (``arrangement_min_rows`` 0) in a folder of the
 test's own.  Random batches of inserts, deletes, key-moving updates and emptied tables, with
 NULL keys and duplicates, drive stream tables over inner, three-way, aggregated and LEFT
-joins; between batches the arrangements are left warm, wiped (a restart, an eviction, another
+joins, and a top-K whose touched groups are recomputed from probes; between batches the arrangements are left warm, wiped (a restart, an eviction, another
 worker) or left behind by a table that refreshes less often, and after every refresh each
 stream table equals its query.
 """
@@ -25,6 +25,10 @@ QUERIES = {
     # region) with ``inner``, at an older frontier
     "lagging": "SELECT o.id, o.amount, c.region FROM {db}.o o LEFT JOIN {db}.c c ON o.cid = c.id",
     "inner": "SELECT c.region, o.cid FROM {db}.c c JOIN {db}.o o ON o.cid = c.id WHERE c.region IS NOT NULL",
+    # a top-K over a join's aggregate: its touched groups are recomputed from probes of o by
+    # cid (the first GROUP BY column) and of c by id, at the old and at the new versions
+    "top": "SELECT o.cid, c.region, SUM(o.amount) AS s, COUNT(*) AS n FROM {db}.o o JOIN {db}.c c "
+           "ON o.cid = c.id GROUP BY o.cid, c.region ORDER BY n DESC, s DESC, cid, region LIMIT 2",
 }
 
 
@@ -59,6 +63,7 @@ def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_pat
     refresh([lagging])
     text = caplog.text
     assert "probed" in text, "no join delta probed an arrangement"
+    assert "touched groups" in text, "no aggregate's touched groups were recomputed from probes"
     assert "built at" in text
     assert "caught up" in text or "warm" in text
     assert "wiped" in seen and "lag" in seen

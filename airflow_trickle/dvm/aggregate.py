@@ -13,6 +13,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from airflow_trickle.dvm.base import W, Versions, parse_sql, union_all
+from airflow_trickle.dvm.join import with_probed
 from airflow_trickle.model import ROW_ID
 from airflow_trickle.sql.parse import DIALECT
 
@@ -23,7 +24,12 @@ def aggregate_delta(block, v: Versions) -> exp.Query:
     keys = affected_groups(block, v)
     sides = []
     for which, sign, alias in (("old", -1, "__old"), ("new", 1, "__new")):
-        rows = block.render(restricted(block, v, keys), [n.state(v, which) for _, n in block.items])
+        select = restricted(block, v, keys)
+        parts = [n.state(v, which) for _, n in block.items]
+        probed = v.group_probed(block, which)
+        if probed:  # the inputs looked up by the groups' keys (``refresh/arranged.py``)
+            parts = with_probed(select, block, parts, None, probed)
+        rows = block.render(select, parts)
         weight = exp.cast(exp.Literal.number(sign), "BIGINT").as_(W)
         sides.append(exp.select(*[p.copy() for p in projected], weight).from_(rows.subquery(alias)))
     return union_all(sides)

@@ -53,7 +53,8 @@ class Versions:
     #: Facts a refresh computed before its applying statement (``refresh/differential.py``),
     #: keyed by the operator they belong to: the groups an aggregate's input delta touches
     #: (:meth:`known_groups`), the views holding parts of a recursive CTE's delta
-    #: (:meth:`view_of`) and the inputs a join-delta term probed (:meth:`probed`).  The operator tree itself is never changed after planning.
+    #: (:meth:`view_of`) and the inputs a join-delta term probed (:meth:`probed`), or a
+    #: recompute of touched groups (:meth:`group_probed`).  The operator tree itself is never changed after planning.
     bound: dict = field(default_factory=dict, compare=False)
 
     def bind(self, node: "Node", what: str, value) -> "Versions":
@@ -74,6 +75,11 @@ class Versions:
         change of FROM item ``changed`` (``dvm/probes.py``): FROM item -> (view, its columns);
         the changed item's view holds its change rows with their weights."""
         return self.bound.get((id(node), f"probed {changed}"))
+
+    def group_probed(self, node: "Node", which: str) -> dict[int, tuple[str, tuple[str, ...]]] | None:
+        """The relations a refresh probed to recompute ``node``'s touched groups at the ``which``
+        versions (``dvm/probes.py``'s :func:`group_probes`): FROM item -> (view, its columns)."""
+        return self.bound.get((id(node), f"groups {which}"))
 
     def changed(self, name: str) -> bool:
         return self.old.get(name) != self.new.get(name)

@@ -67,7 +67,7 @@ def join_delta(block, v: Versions, expressions: list[exp.Expression], outer_term
             parts = before + [node.delta(v)] + after
             probed = v.probed(block, i)
             if probed:
-                parts = _with_probed(term, block, parts, i, probed)
+                parts = with_probed(term, block, parts, i, probed)
             terms.append(block.render(term, parts))
         else:
             terms += outer_terms(block, v, i, select, before, after)
@@ -77,10 +77,11 @@ def join_delta(block, v: Versions, expressions: list[exp.Expression], outer_term
     return union_all(terms)
 
 
-def _with_probed(term: exp.Select, block, parts: list[exp.Query], changed: int,
-                 probed: dict[int, tuple[str, tuple[str, ...]]]) -> list[exp.Query]:
+def with_probed(term: exp.Select, block, parts: list[exp.Query], changed: int | None,
+                probed: dict[int, tuple[str, tuple[str, ...]]]) -> list[exp.Query]:
     """``parts`` with each probed FROM item read from the relation the refresh probed into
-    (``dvm/probes.py``), where that relation holds every column of the item the term reads."""
+    (``dvm/probes.py``), where that relation holds every column of the item the term reads
+    (the ``changed`` item's holds its change rows and their weights too)."""
     parts = list(parts)
     for item, (view, columns) in probed.items():
         alias = block.items[item][0]

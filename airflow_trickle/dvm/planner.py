@@ -63,6 +63,16 @@ def plan(defining_query: str, columns: dict[str, list[str]], *, database: str = 
     return TopK(child=node, order=order, limit=limit, offset=offset)
 
 
+def is_top_k(defining_query: str) -> bool:
+    """Whether the query ends in ``ORDER BY … LIMIT k`` (or OFFSET): kept as a :class:`TopK`.
+
+    >>> is_top_k("SELECT a FROM t ORDER BY a LIMIT 3"), is_top_k("SELECT a FROM (SELECT a FROM t LIMIT 3) s")
+    (True, False)
+    """
+    query = parse_query(defining_query)
+    return query.args.get("limit") is not None or query.args.get("offset") is not None
+
+
 def _split_top_k(query: exp.Expression) -> tuple[exp.Expression, tuple[list[SortKey], int, int] | None]:
     """The query without its outermost ``ORDER BY … LIMIT k OFFSET m``, and those (or None).
 

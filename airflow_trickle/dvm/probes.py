@@ -88,26 +88,89 @@ def _block_terms(block, v: Versions) -> list[JoinTerm]:
         if not (isinstance(node, Scan) and node.changed(v) and block.is_linear_in(i)
                 and v.use_cdf.get(node.name, True) and used.get(alias)):
             continue
-        known, probes = {i}, []
-        progress = True
-        while progress:
-            progress = False
-            for known_item, known_column, item, column in equalities:
-                other = block.items[item][1]
-                if (known_item in known and item not in known and isinstance(other, Scan)
-                        and column in used.get(aliases[item], ())):
-                    columns = tuple(sorted(used[aliases[item]]))
-                    also = tuple(dict.fromkeys((k, kc, c) for k, kc, j, c in equalities
-                                               if j == item and k in known and (k, kc, c) != (known_item, known_column, column)))
-                    probes.append(Probe(item=item, source=other.name, which="new" if item < i else "old",
-                                        key=column, columns=columns, by=known_item, by_column=known_column,
-                                        also=also))
-                    known.add(item)
-                    progress = True
+        probes = _walk(block, i, used, equalities, lambda item: "new" if item < i else "old")
         if probes:
             terms.append(JoinTerm(block=block, changed=i, source=node.name,
                                   change_columns=tuple(sorted(used[alias])), probes=tuple(probes)))
     return terms
+
+
+@dataclass(frozen=True)
+class GroupProbe:
+    """How an aggregate's touched groups, once known, are recomputed from probed inputs: the
+    FROM item holding a GROUP BY column is looked up by the groups' values of that column, and
+    the other inputs along the equalities from it (``probes``, their ``which`` unset: the
+    refresh probes them once at the old versions and once at the new)."""
+
+    block: Node
+    item: int  # the FROM item holding the GROUP BY column
+    source: str
+    group: int  # the GROUP BY expression's position
+    key: str  # the item's column it is
+    columns: tuple[str, ...]  # the item's columns the block reads
+    probes: tuple[Probe, ...]
+
+
+def group_probes(block, v: Versions) -> GroupProbe | None:
+    """How ``block``'s touched groups can be recomputed by probes, or None.
+
+    Restricting the inputs this way is exact: a joined row of a touched group holds one of the
+    groups' values in the GROUP BY column (NULL excluded: the refresh probes only when no
+    touched group has a NULL there), so its row of that item has the value, and its row of
+    every item reached along an equality meets that equality (a row an outer join pads with
+    NULLs brings no input row).  The groups' hash filter then keeps exactly the touched groups.
+
+    >>> from airflow_trickle.dvm.planner import plan
+    >>> cols = {"s.o": ["ok", "ck", "d"], "s.l": ["ok", "q"], "s.c": ["ck", "n"]}
+    >>> block = plan("SELECT l.ok, o.d, SUM(l.q) AS q FROM s.c AS c, s.o AS o, s.l AS l "
+    ...              "WHERE c.ck = o.ck AND l.ok = o.ok GROUP BY l.ok, o.d", cols)
+    >>> v = Versions(old={"s.o": 1, "s.l": 1, "s.c": 1}, new={"s.o": 2, "s.l": 1, "s.c": 1}, columns=cols)
+    >>> g = group_probes(block, v)
+    >>> g.source, g.key, g.group, [(p.source, p.key, p.by, p.by_column) for p in g.probes]
+    ('s.l', 'ok', 0, [('s.o', 'ok', 2, 'ok'), ('s.c', 'ck', 1, 'ck')])
+    """
+    from airflow_trickle.dvm.join import JoinKind
+    from airflow_trickle.dvm.scan import Scan
+
+    if not getattr(block, "group", None) or any(block.step(i).kind is JoinKind.FULL for i in range(len(block.items))):
+        return None
+    aliases = [alias for alias, _ in block.items]
+    used = _columns_by_alias(block.template, aliases)
+    for k, expression in enumerate(block.group):
+        if not (isinstance(expression, exp.Column) and expression.table in aliases):
+            continue
+        item = aliases.index(expression.table)
+        node = block.items[item][1]
+        if not isinstance(node, Scan) or expression.name not in used.get(expression.table, ()):
+            continue
+        probes = _walk(block, item, used, _equalities(block, aliases), lambda _: "")
+        return GroupProbe(block=block, item=item, source=node.name, group=k, key=expression.name,
+                          columns=tuple(sorted(used[expression.table])), probes=tuple(probes))
+    return None
+
+
+def _walk(block, start: int, used: dict[str, set[str]], equalities, which) -> list[Probe]:
+    """The probes reaching out from FROM item ``start`` along ``equalities``, in an order
+    where each probe's keys are known before it runs (``which(item)``: the version it reads)."""
+    from airflow_trickle.dvm.scan import Scan
+
+    aliases = [alias for alias, _ in block.items]
+    known, probes = {start}, []
+    progress = True
+    while progress:
+        progress = False
+        for known_item, known_column, item, column in equalities:
+            other = block.items[item][1]
+            if (known_item in known and item not in known and isinstance(other, Scan)
+                    and column in used.get(aliases[item], ())):
+                columns = tuple(sorted(used[aliases[item]]))
+                also = tuple(dict.fromkeys((k, kc, c) for k, kc, j, c in equalities
+                                           if j == item and k in known and (k, kc, c) != (known_item, known_column, column)))
+                probes.append(Probe(item=item, source=other.name, which=which(item), key=column, columns=columns,
+                                    by=known_item, by_column=known_column, also=also))
+                known.add(item)
+                progress = True
+    return probes
 
 
 def _columns_by_alias(template: exp.Select, aliases: list[str]) -> dict[str, set[str]]:

@@ -29,7 +29,7 @@ from airflow_trickle.model import Action, RefreshMode
 from airflow_trickle.refresh.cost import ObservedTimes, observed_times
 from airflow_trickle.refresh.decide import (Decision, after_failure, after_schema_check, by_cost_model, change_estimate,
                                             without_delta)
-from airflow_trickle.refresh.arranged import probe_inputs
+from airflow_trickle.refresh.arranged import probe_groups, probe_inputs
 from airflow_trickle.refresh.differential import drop_views, is_append, plan_differential, statement
 from airflow_trickle.refresh.failures import with_retries
 from airflow_trickle.refresh.local_merge import merge_locally
@@ -187,7 +187,9 @@ def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: li
         log.info("%s: %s", st.name, line)
     try:
         with clock.phase("plan"):
-            return (statement(env, plan, scratch, versions), is_append(plan)), None
+            return (statement(env, plan, scratch, versions,
+                              probe_groups=lambda block, v: probe_groups(env, plan, block, v, scratch)),
+                    is_append(plan)), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
 

@@ -57,21 +57,27 @@ def touched_rows(metrics: dict) -> int:
     return sum(int(metrics.get(key) or 0) for key in _TOUCHED_METRICS)
 
 
-def touched_rows_matter(strategy) -> bool:
+def touched_rows_matter(strategy, *, top_k: bool = False) -> bool:
     """Whether a delta's cost grows with the stored rows it touches, for a stream table stored
     with ``strategy``.  Not for an algebraic aggregate: its state is advanced from the change
     rows alone and the MERGE updates at most the touched groups, so touching every group of a
     small aggregate (TPC-H q1: 2,000 changed line items, 4 groups) costs what the change costs
-    -- no reason to recompute it.  A bag delta re-emits the rows it touches, and recomputing
-    affected groups reads their whole input: those grow with the touched rows.
+    -- no reason to recompute it.  Not for a top-K (``top_k``) either: it stores k rows, and a
+    change of more than k/2 source rows would always "touch" more than half of them, while its
+    delta costs what the delta of the query under the LIMIT costs (TPC-H q3 at SF 1: 15,000
+    changed line items, 10 stored rows); the time rule measures that.  A bag delta re-emits
+    the rows it touches, and recomputing affected groups reads their whole input: those grow
+    with the touched rows.
 
     >>> from airflow_trickle.model import Strategy
     >>> [touched_rows_matter(s) for s in (Strategy.BAG, Strategy.ALGEBRAIC, Strategy.RECOMPUTE, None)]
     [True, False, True, True]
+    >>> touched_rows_matter(Strategy.BAG, top_k=True)
+    False
     """
     from airflow_trickle.model import Strategy
 
-    return strategy != Strategy.ALGEBRAIC
+    return strategy != Strategy.ALGEBRAIC and not top_k
 
 
 def full_is_cheaper(estimate: ChangeEstimate, *, max_change_ratio: float, max_touched_ratio: float) -> str | None:

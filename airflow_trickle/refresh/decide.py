@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from airflow_trickle.catalog import StreamTable
 from airflow_trickle.storage.deltalog import (changed_rows, latest_version, newest_refresh, only_empty_commits,
                                       recorded_refreshes, row_count)
+from airflow_trickle.dvm.planner import is_top_k
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
 from airflow_trickle.model import Action, RefreshMode, RunMode, SourceType, Status
 from airflow_trickle.refresh.cost import (ChangeEstimate, ObservedTimes, full_is_cheaper, observed_fanout,
@@ -186,7 +187,8 @@ def by_cost_model(decision: Decision, st: StreamTable, estimate: ChangeEstimate 
     too_costly = full_is_cheaper(
         estimate, max_change_ratio=options.ratio("differential_max_change_ratio", config),
         max_touched_ratio=(options.ratio("differential_max_touched_ratio", config)
-                           if touched_rows_matter(st.storage.strategy) else float("inf")))
+                           if touched_rows_matter(st.storage.strategy, top_k=is_top_k(st.defining_query))
+                           else float("inf")))
     if not too_costly and observed is not None:
         too_costly = slower_than_full(estimate.changed_rows, observed,
                                       max_time_ratio=options.ratio("differential_max_time_ratio", config))

@@ -85,11 +85,13 @@ def plan_differential(env, st, current: dict[str, int]) -> tuple[DeltaPlan | Non
         return None, f"cannot maintain differentially: {err}"
 
 
-def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | None = None) -> str:
+def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | None = None,
+              probe_groups=None) -> str:
     """Run ``plan``'s preparatory statements; the statement that applies the delta.
 
     ``versions``: the plan's, with what the refresh bound already (the inputs it probed:
-    ``refresh/arranged.py``).  The temporary views made on the way are named in ``scratch``
+    ``refresh/arranged.py``); ``probe_groups(block, versions)``, when given, returns the versions
+    with the inputs of an aggregate's known touched groups probed too.  The temporary views made on the way are named in ``scratch``
     (dropped after the commit by :func:`drop_views`).  Raises
     :class:`~airflow_trickle.dvm.base.Unsupported` when the delta cannot be rendered.
     """
@@ -103,6 +105,8 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
         few = len(rows) <= KNOWN_GROUPS_LIMIT
         if few:
             v = v.bind(block, "groups", [tuple(row) for row in rows])
+            if probe_groups is not None:
+                v = probe_groups(block, v)
         log.debug("groups touched: %s%s", len(rows), "" if few else " (too many to list)")
     candidates = _checkpoint(env, plan.candidates_sql(v), "__trickle_candidates", scratch)
     if env.engine.first(plan.probe_sql(v, candidates))[0]:

@@ -185,13 +185,16 @@ def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: li
     clock.move(probed.build_ms, "probe", "arrange")
     for line in probed.lines():
         log.info("%s: %s", st.name, line)
+    built: list[int] = []  # ms spent building arrangements for touched groups (not the delta's cost)
     try:
         with clock.phase("plan"):
             return (statement(env, plan, scratch, versions,
-                              probe_groups=lambda block, v: probe_groups(env, plan, block, v, scratch)),
+                              probe_groups=lambda block, v: probe_groups(env, plan, block, v, scratch, built)),
                     is_append(plan)), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
+    finally:
+        clock.move(sum(built), "plan", "arrange")
 
 
 def mark_fresh(row: StreamTable, data_timestamp) -> None:

@@ -86,12 +86,7 @@ def probe_inputs(env, plan, scratch: list[str]) -> tuple[Versions, ProbeReport]:
     for term in worth:
         try:
             relations = _probe_term(term, v, tables, arrangements, wanted, ready, changes)
-            bound = {}
-            for item, (rows, columns) in relations.items():
-                view = f"__trickle_probed_{uuid.uuid4().hex}"
-                scratch.append(view)
-                env.engine.local_relation(rows, view)
-                bound[item] = (view, columns)
+            bound = _registered(env, relations, scratch)
         except Exception as err:  # noqa: BLE001 - an optimisation: the term keeps its scans
             report.terms.append(f"{term.source} change: scanned ({type(err).__name__}: {err})")
             log.info("%s: the term of %s's change keeps its scans: %s", plan.st.name, term.source, err,
@@ -105,6 +100,19 @@ def probe_inputs(env, plan, scratch: list[str]) -> tuple[Versions, ProbeReport]:
         log.info("%s: arrangement %s", plan.st.name, event)
     report.build_ms = int(arrangements.build_seconds * 1000)
     return v, report
+
+
+def _registered(env, relations: dict[int, tuple[pa.Table, tuple[str, ...]]],
+                scratch: list[str]) -> dict[int, tuple[str, tuple[str, ...]]]:
+    """Each FROM item's rows handed to Spark as a temporary view (named in ``scratch``):
+    item -> (view, its columns), what :class:`~airflow_trickle.dvm.base.Versions` binds."""
+    bound = {}
+    for item, (rows, columns) in relations.items():
+        view = f"__trickle_probed_{uuid.uuid4().hex}"
+        scratch.append(view)
+        env.engine.local_relation(rows, view)
+        bound[item] = (view, columns)
+    return bound
 
 
 class _Tables:
@@ -199,14 +207,15 @@ def _ready(source: str, key: str, columns, tables: _Tables, arrangements: Arrang
     return ready[arrangement_key]
 
 
-def probe_groups(env, plan, block, v: Versions, scratch: list[str]) -> Versions:
+def probe_groups(env, plan, block, v: Versions, scratch: list[str], built: list[int] | None = None) -> Versions:
     """``v`` with the inputs of ``block``'s touched groups probed, at the old versions and at the
     new, bound in (``dvm/probes.py``'s :func:`group_probes`), when the groups are known, none
     has a NULL in the column looked up, and an input probed is large; else ``v`` unchanged.
 
     The recompute of touched groups (``dvm/aggregate.py``) otherwise reads each input whole,
     twice, with the groups' values as an IN list that Delta's file skipping cannot use on
-    random keys (TPC-H q3 at SF 1: 12 s of a 17 s refresh)."""
+    random keys (TPC-H q3 at SF 1: 12 s of a 17 s refresh).  The milliseconds spent building
+    arrangements are appended to ``built`` (the refresh counts them apart from the delta's)."""
     from airflow_trickle.dvm.probes import group_probes
 
     arrangements = arrangements_of(env.config)
@@ -243,14 +252,13 @@ def probe_groups(env, plan, block, v: Versions, scratch: list[str]) -> Versions:
         log.info("%s: the touched groups are recomputed from scans: %s", plan.st.name, err,
                  exc_info=not isinstance(err, (Stale, TypeError)))
         return v
+    finally:
+        if built is not None:
+            built.append(int(arrangements.build_seconds * 1000))
+        for event in arrangements.events:
+            log.info("%s: arrangement %s", plan.st.name, event)
     for which, result in bound_sides.items():
-        bound = {}
-        for item, (rows, columns) in result.items():
-            view = f"__trickle_probed_{uuid.uuid4().hex}"
-            scratch.append(view)
-            env.engine.local_relation(rows, view)
-            bound[item] = (view, columns)
-        v = v.bind(block, f"groups {which}", bound)
+        v = v.bind(block, f"groups {which}", _registered(env, result, scratch))
         log.info("%s: touched groups (%s) at the %s versions: probed %s", plan.st.name, len(values), which,
                  ", ".join(f"{block.items[i][0]} {rows.num_rows}" for i, (rows, _) in result.items()))
     return v

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_trickle.dvm.base import W, Versions
-from airflow_trickle.dvm.probes import JoinTerm, join_terms
+from airflow_trickle.dvm.probes import JoinTerm, Probe, join_terms
 from airflow_trickle.storage.arrangement import WEIGHT, Stale, change_rows
 from airflow_trickle.storage.arrangements import Arrangements
 
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: A change of more rows than this is not read into the refreshing process: Spark joins it.
 MAX_CHANGE_ROWS = 2_000_000
+#: The pseudo FROM item whose rows are an aggregate's touched groups (:func:`probe_groups`).
+_GROUPS = -1
 
 
 @dataclass
@@ -234,19 +236,17 @@ def probe_groups(env, plan, block, v: Versions, scratch: list[str], built: list[
             return v
         wanted = {(source, key, columns): {v.old[source], v.new[source]} for source, key, columns in inputs}
         ready: dict[tuple, object] = {}
+        # the groups' values are the keys of a first probe, of the item holding the column
+        start = Probe(item=chain.item, source=chain.source, which="", key=chain.key, columns=chain.columns,
+                      by=_GROUPS, by_column=chain.key)
         bound_sides = {}
         for which in ("old", "new"):
             version = v.at(which)
-            start = _ready(chain.source, chain.key, chain.columns, tables, arrangements, wanted, ready)
-            keys = pa.array(values)
-            if not _comparable(keys.type, start.base.schema.field(chain.key).type):
+            result: dict = {}
+            _follow((start, *chain.probes), {_GROUPS: pa.table({chain.key: pa.array(values)})}, result,
+                    lambda p, version=version: version[p.source], tables, arrangements, wanted, ready)
+            if chain.item not in result:  # a key of another type than the arrangement's
                 return v
-            rows = start.probe(np.asarray(pc.unique(keys).to_numpy(zero_copy_only=False)),
-                               version[chain.source]).select(list(chain.columns))
-            known = {chain.item: rows}
-            result = {chain.item: (rows, chain.columns)}
-            _follow(chain.probes, known, result, lambda p, version=version: version[p.source], tables,
-                    arrangements, wanted, ready)
             bound_sides[which] = result
     except Exception as err:  # noqa: BLE001 - an optimisation: the groups are recomputed from scans
         log.info("%s: the touched groups are recomputed from scans: %s", plan.st.name, err,

@@ -1,6 +1,7 @@
 """The example, end to end: Airflow (SQLite) runs the generated DAG against the Spark service.
 
     python dags_example/run_example.py [--warehouse DIR] [--report FILE] [--spark connect|submit] [--serve] [--s3]
+                                     [--spark-conf JSON]
 
 With ``--s3`` (or ``TRICKLE_EXAMPLE_S3=1``) the warehouse is ``s3://trickle/warehouse`` on an
 s3proxy server the example starts on 127.0.0.1 and stops at the end
@@ -49,11 +50,12 @@ def step(text: str) -> None:
     print(f"[{time.monotonic() - STARTED:5.0f} s] {text}", flush=True)
 
 
-def start_spark(warehouse: str, how: str):
+def start_spark(warehouse: str, how: str, spark_conf: dict[str, str] | None = None):
     """The Spark the example uses, and the Airflow connection its refresh tasks use.
 
     ``connect``: the Spark service (one JVM for the whole example; this process and every task
     are Spark Connect clients).  ``submit``: an embedded session here, spark-submit per task.
+    ``spark_conf``: extra Spark settings of the service or the embedded session.
     Returns ``(Trickle, service or None)``.
     """
     from airflow_trickle import Trickle
@@ -62,12 +64,12 @@ def start_spark(warehouse: str, how: str):
         # the provider runs `spark-submit` from PATH: the one pyspark installs beside this Python
         os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         os.environ["AIRFLOW_CONN_TRICKLE_SPARK"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-        return Trickle(warehouse, spark_master="local[2]", shuffle_partitions=2), None
+        return Trickle(warehouse, spark_master="local[2]", shuffle_partitions=2, spark_conf=spark_conf or {}), None
     from airflow_trickle.spark.service import start_detached
 
     started = time.monotonic()
-    service = start_detached(warehouse, port=0, master="local[2]", settings={"shuffle_partitions": 2},
-                             timeout=300)
+    service = start_detached(warehouse, port=0, master="local[2]",
+                             settings={"shuffle_partitions": 2, "spark_conf": spark_conf or {}}, timeout=300)
     step(f"Spark service at {service.address} (ready in {time.monotonic() - started:.0f} s)")
     host, port = service.host_port
     os.environ["AIRFLOW_CONN_TRICKLE_SPARK"] = json.dumps({"conn_type": "spark_connect", "host": host, "port": port})
@@ -268,6 +270,9 @@ def main() -> int:
                         help="only the first DAG run (create and populate), then the checks")
     parser.add_argument("--s3", action="store_true", default=os.environ.get("TRICKLE_EXAMPLE_S3", "") not in ("", "0"),
                         help="the warehouse on a local s3proxy the example starts and stops")
+    parser.add_argument("--spark-conf", type=json.loads, default={}, metavar="JSON",
+                        help="extra Spark settings for the example's Spark, a JSON object (the test suite "
+                             "passes its settings for tables of a few rows)")
     args = parser.parse_args()
     s3 = None
     if args.s3:
@@ -292,7 +297,7 @@ def main() -> int:
         home = os.path.join(warehouse, "_airflow")
     print(f"warehouse: {warehouse}")
     try:
-        tr, service = start_spark(warehouse, args.spark)
+        tr, service = start_spark(warehouse, args.spark, args.spark_conf)
     except BaseException:
         if s3 is not None:
             s3.stop()

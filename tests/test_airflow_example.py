@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TINY_TABLES_SPARK
+
 ROOT = Path(__file__).resolve().parent.parent
+#: The example's Spark with the suite's settings for tables of a few rows (they change how Spark
+#: plans and runs, not what the example does or finds).
+TINY_SPARK = ("--spark-conf", json.dumps(TINY_TABLES_SPARK))
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +28,7 @@ def report(tmp_path_factory):
     warehouse = tmp_path_factory.mktemp("example")
     out = warehouse / "report.json"
     done = subprocess.run([sys.executable, str(ROOT / "dags_example" / "run_example.py"), "--warehouse",
-                           str(warehouse / "wh"), "--report", str(out)], capture_output=True, text=True, timeout=1200)
+                           str(warehouse / "wh"), "--report", str(out), *TINY_SPARK], capture_output=True, text=True, timeout=1200)
     assert out.exists(), done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads(out.read_text())
     data["returncode"] = done.returncode
@@ -151,7 +156,7 @@ def test_the_example_s_first_dag_run_on_an_s3_warehouse(tmp_path):
     runner (``run_example.py --s3 --first-run-only``); every table equals its query after."""
     out = tmp_path / "report.json"
     done = subprocess.run([sys.executable, str(ROOT / "dags_example" / "run_example.py"), "--s3", "--first-run-only",
-                           "--warehouse", str(tmp_path / "wh"), "--report", str(out)], capture_output=True, text=True,
+                           "--warehouse", str(tmp_path / "wh"), "--report", str(out), *TINY_SPARK], capture_output=True, text=True,
                           timeout=1200)
     assert out.exists(), done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads(out.read_text())

@@ -60,8 +60,8 @@ TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJ
 #: The settings of a Spark service a test starts (``start_detached(..., settings=...)``).
 #: Both compilers again (a later -XX flag wins over JDK_JAVA_OPTIONS'), for a Spark that serves
 #: a test process or a module throughout.
-LONG_LIVED_SPARK = {**TINY_TABLES_SPARK,
-                    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -XX:TieredStopAtLevel=4"}
+LONG_LIVED_SPARK = {**TINY_TABLES_SPARK, "spark.driver.extraJavaOptions":
+                    TINY_TABLES_SPARK["spark.driver.extraJavaOptions"] + " -XX:TieredStopAtLevel=4"}
 SERVICE_SETTINGS = {"shuffle_partitions": 2, "spark_conf": LONG_LIVED_SPARK}
 TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,
                  "differential_max_time_ratio": 1e9,

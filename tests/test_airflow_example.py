@@ -28,7 +28,8 @@ def report(tmp_path_factory):
     warehouse = tmp_path_factory.mktemp("example")
     out = warehouse / "report.json"
     done = subprocess.run([sys.executable, str(ROOT / "dags_example" / "run_example.py"), "--warehouse",
-                           str(warehouse / "wh"), "--report", str(out), *TINY_SPARK], capture_output=True, text=True, timeout=1200)
+                           str(warehouse / "wh"), "--report", str(out), *TINY_SPARK],
+                          capture_output=True, text=True, timeout=1200)
     assert out.exists(), done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads(out.read_text())
     data["returncode"] = done.returncode
@@ -156,8 +157,8 @@ def test_the_example_s_first_dag_run_on_an_s3_warehouse(tmp_path):
     runner (``run_example.py --s3 --first-run-only``); every table equals its query after."""
     out = tmp_path / "report.json"
     done = subprocess.run([sys.executable, str(ROOT / "dags_example" / "run_example.py"), "--s3", "--first-run-only",
-                           "--warehouse", str(tmp_path / "wh"), "--report", str(out), *TINY_SPARK], capture_output=True, text=True,
-                          timeout=1200)
+                           "--warehouse", str(tmp_path / "wh"), "--report", str(out), *TINY_SPARK],
+                          capture_output=True, text=True, timeout=1200)
     assert out.exists(), done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads(out.read_text())
     assert [r["state"] for r in data["runs"]] == ["success"] and done.returncode == 0

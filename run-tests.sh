@@ -5,6 +5,7 @@
 # Spark, so a process starts one Spark JVM, not both; groups go out in collection order
 # (--no-loadscope-reorder): JVM-free tests first, then the groups, longest first.
 source "$(dirname "$0")/scripts/env.sh"
-# The S3A jars and the test servers' artifacts (s3proxy, a Hive metastore), fetched once.
+# The S3A jars and the test servers' artifacts (s3proxy, a Hive metastore), fetched once; the
+# class-data archive of Spark's classes the suite's Spark JVMs start from, made once.
 python -m tests.helpers.artifacts
 exec python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder "$@"

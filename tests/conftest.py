@@ -19,6 +19,8 @@ import pytest
 
 import tempfile
 
+from tests.helpers import class_archive
+
 os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
 # Airflow reads its home when first imported; keep tests away from ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="trickle-airflow-home-"))
@@ -51,19 +53,26 @@ SPARK_MODES = ("classic", "connect")
 #: broadcast: every table here is under the broadcast threshold, so each join collected its side
 #: to the driver in a job of its own and shipped it back, where a sort-merge join of a few rows
 #: stays within the query's stages (the same test: 294 s of JVM CPU without broadcasts against
-#: 324 and 345 s with them, both orders; the suite is CPU-bound).  The product keeps Spark's
-#: defaults, and the example and the product's benchmarks run with them.
-TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+#: 324 and 345 s with them, both orders; the suite is CPU-bound); and one partition per shuffle,
+#: per Delta snapshot's state and per parallelized collection: a second task of a few rows
+#: is scheduling, not parallelism, where two test processes share two cores (the same test:
+#: 235.6 s of JVM CPU with two, 221.0 s with one).  The driver maps Spark's classes from a
+#: class-data archive where ``run-tests.sh`` made one (``tests/helpers/class_archive.py``).
+#: The product keeps Spark's defaults, and the example and the product's benchmarks run with them.
+TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false",
+                     "spark.driver.extraJavaOptions": f"-XX:+UseParallelGC {class_archive.java_options()}".strip(),
                      "spark.databricks.delta.stats.skipping": "false",
                      "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-                     "spark.sql.autoBroadcastJoinThreshold": "-1"}
+                     "spark.sql.autoBroadcastJoinThreshold": "-1",
+                     "spark.sql.shuffle.partitions": "1", "spark.databricks.delta.snapshotPartitions": "1",
+                     "spark.default.parallelism": "1"}
 #: The settings of a Spark service a test starts (``start_detached(..., settings=...)``).
 #: Both compilers again (a later -XX flag wins over JDK_JAVA_OPTIONS'), for a Spark that serves
 #: a test process or a module throughout.
 LONG_LIVED_SPARK = {**TINY_TABLES_SPARK, "spark.driver.extraJavaOptions":
                     TINY_TABLES_SPARK["spark.driver.extraJavaOptions"] + " -XX:TieredStopAtLevel=4"}
-SERVICE_SETTINGS = {"shuffle_partitions": 2, "spark_conf": LONG_LIVED_SPARK}
-TEST_SETTINGS = {"shuffle_partitions": 2, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,
+SERVICE_SETTINGS = {"shuffle_partitions": 1, "spark_conf": LONG_LIVED_SPARK}
+TEST_SETTINGS = {"shuffle_partitions": 1, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,
                  "differential_max_time_ratio": 1e9,
                  "spark_conf": LONG_LIVED_SPARK}
 

@@ -67,6 +67,10 @@ def test_probes_equal_the_table_at_each_version_through_random_changes(tmp_path,
             want = expected(uri, version, keys)
             assert bag(arranged.probe(keys, version)) == want, (version, keys)
             assert bag(reopened.probe(keys, version)) == want, (version, keys)
+            only_v = Counter()  # a reader of one column: the bag of its projection
+            for (_, v), n in want.items():
+                only_v[(v,)] += n
+            assert bag(arranged.probe(keys, version, ["v"]), ("v",)) == only_v, (version, keys)
     assert bag(arranged.probe(list(range(-1, 30)), newest)) == expected(uri, newest, range(-1, 30))
 
 
@@ -85,3 +89,38 @@ def test_what_it_cannot_give_is_refused(tmp_path):
     with pytest.raises(TypeError, match="integers and dates only"):
         Arrangement.build(tmp_path / "by-string", uri, "v", ["k", "v"])
     assert bag(arranged.probe([1, 2, 3], 1)) == expected(uri, 1, [1, 2, 3])
+
+
+def test_readers_of_one_table_by_one_key_share_one_arrangement(tmp_path):
+    """Two readers asking for other columns of one table by one key share one folder: widened
+    once to hold both readers' columns, then caught up for each; each reader's probe, cut to
+    its columns, equals the table; versions its change feed cannot give rebuild it (keeping both
+    readers' columns) rather than leaving the readers to scans."""
+    from airflow_trickle.storage.arrangements import Arrangements
+
+    rng = random.Random(7)
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, rows(rng, 40), configuration={"delta.enableChangeDataFeed": "true"})
+    table_id = DeltaTable(uri).metadata().id
+    kept = Arrangements(tmp_path / "arrangements", max_bytes=1 << 30)
+    first = kept.ready(uri, "k", ["k", "v"], {0}, table_id=table_id)
+    second = kept.ready(uri, "k", ["k", "n"], {0}, table_id=table_id)
+    assert first.folder == second.folder and second.columns == ["k", "v", "n"]
+    assert [e.split(" (")[1].split(")")[0] for e in kept.events] == ["none kept", "widened by n"]
+    change(DeltaTable(uri), uri, rng)
+    again = kept.ready(uri, "k", ["k", "v"], {1}, table_id=table_id)
+    assert kept.events[-1] == f"{uri}: caught up 0->1" and again.columns == ["k", "v", "n"]
+    assert len(kept.usage()) == 1
+    keys = list(range(20))
+    assert bag(again.probe(keys, 1, ["k", "v"])) == expected(uri, 1, keys)
+    everything = DeltaTable(uri, version=1).to_pyarrow_table(columns=["k", "n"])
+    projected = again.probe(keys, 1, ["n"])  # without the key: still exact, as a bag
+    assert projected.column_names == ["n"] and bag(projected, ("n",)) == Counter(
+        (n,) for k, n in zip(everything["k"].to_pylist(), everything["n"].to_pylist()) if k is not None)
+    DeltaTable(uri).alter.set_table_properties({"delta.enableChangeDataFeed": "false"})
+    write_deltalake(uri, rows(rng, 3), mode="append")  # versions the feed cannot give
+    newest = DeltaTable(uri).version()
+    rebuilt = kept.ready(uri, "k", ["k", "v"], {newest}, table_id=table_id)
+    assert "built at" in kept.events[-1] and "change feed" in kept.events[-1], kept.events[-1]
+    assert rebuilt.version == newest and rebuilt.columns == ["k", "v", "n"]
+    assert bag(rebuilt.probe(keys, newest, ["k", "v"])) == expected(uri, newest, keys)

@@ -79,10 +79,10 @@ def probe_inputs(env, plan, scratch: list[str]) -> tuple[Versions, ProbeReport]:
     worth = [t for t in terms if _worth_it(t, tables, env.config.arrangement_min_rows, report)]
     if not worth:
         return v, report
-    wanted: dict[tuple, set[int]] = {}
+    wanted = _Wanted()
     for term in worth:
         for p in term.probes:
-            wanted.setdefault((p.source, p.key, p.columns), set()).add(v.at(p.which)[p.source])
+            wanted.add(p, {v.at(p.which)[p.source]})
     ready: dict[tuple, object] = {}
     changes: dict[tuple, pa.Table] = {}
     for term in worth:
@@ -115,6 +115,21 @@ def _registered(env, relations: dict[int, tuple[pa.Table, tuple[str, ...]]],
         env.engine.local_relation(rows, view)
         bound[item] = (view, columns)
     return bound
+
+
+class _Wanted:
+    """What one refresh asks of each arrangement -- one per (source, key), shared by its
+    probes: the union of their columns and of the versions they read."""
+
+    def __init__(self):
+        self.columns: dict[tuple[str, str], list[str]] = {}
+        self.versions: dict[tuple[str, str], set[int]] = {}
+
+    def add(self, probe: Probe, versions: set[int]) -> None:
+        key = (probe.source, probe.key)
+        held = self.columns.setdefault(key, [])
+        held += [c for c in probe.columns if c not in held]
+        self.versions.setdefault(key, set()).update(versions)
 
 
 class _Tables:
@@ -186,12 +201,12 @@ def _follow(probes, known: dict[int, pa.Table], result: dict, version_of, tables
         by = known.get(p.by)
         if by is None:
             continue
-        arranged = _ready(p.source, p.key, p.columns, tables, arrangements, wanted, ready)
+        arranged = _ready(p.source, p.key, tables, arrangements, wanted, ready)
         keys = by[p.by_column]
         if not _comparable(keys.type, arranged.base.schema.field(p.key).type):
             continue
         values = pc.unique(keys.drop_null()).to_numpy(zero_copy_only=False)
-        rows = arranged.probe(np.asarray(values), version_of(p)).select(list(p.columns))
+        rows = arranged.probe(np.asarray(values), version_of(p), list(p.columns))
         for item, column, own in p.also:  # the other equalities with rows known by now, exact filters
             if item in known and rows.num_rows and _comparable(known[item][column].type, rows[own].type):
                 rows = rows.filter(pc.is_in(rows[own], value_set=pc.unique(known[item][column].drop_null())
@@ -200,12 +215,14 @@ def _follow(probes, known: dict[int, pa.Table], result: dict, version_of, tables
         result[p.item] = (rows, p.columns)
 
 
-def _ready(source: str, key: str, columns, tables: _Tables, arrangements: Arrangements, wanted, ready):
-    """The arrangement of ``source`` by ``key`` holding ``columns``, opened once per refresh."""
-    arrangement_key = (source, key, columns)
+def _ready(source: str, key: str, tables: _Tables, arrangements: Arrangements, wanted: _Wanted, ready):
+    """The arrangement of ``source`` by ``key``, holding what ``wanted`` asks of it, opened once
+    per refresh."""
+    arrangement_key = (source, key)
     if arrangement_key not in ready:
-        ready[arrangement_key] = arrangements.ready(tables.uri(source), key, columns, wanted[arrangement_key],
-                                                    table_id=tables.table(source).metadata().id)
+        ready[arrangement_key] = arrangements.ready(
+            tables.uri(source), key, wanted.columns[arrangement_key], wanted.versions[arrangement_key],
+            table_id=tables.table(source).metadata().id)
     return ready[arrangement_key]
 
 
@@ -229,21 +246,23 @@ def probe_groups(env, plan, block, v: Versions, scratch: list[str], built: list[
     if any(value is None for value in values):
         return v
     tables = _Tables(env, plan.st.name)
-    inputs = [(chain.source, chain.key, chain.columns)] + [(p.source, p.key, p.columns) for p in chain.probes]
+    # the groups' values are the keys of a first probe, of the item holding the column
+    start = Probe(item=chain.item, source=chain.source, which="", key=chain.key, columns=chain.columns,
+                  by=_GROUPS, by_column=chain.key)
+    probes = (start, *chain.probes)
     try:
-        if any(source not in tables.locations for source, _, _ in inputs) or not any(
-                tables.rows(source) >= env.config.arrangement_min_rows for source, _, _ in inputs):
+        if any(p.source not in tables.locations for p in probes) or not any(
+                tables.rows(p.source) >= env.config.arrangement_min_rows for p in probes):
             return v
-        wanted = {(source, key, columns): {v.old[source], v.new[source]} for source, key, columns in inputs}
+        wanted = _Wanted()
+        for p in probes:
+            wanted.add(p, {v.old[p.source], v.new[p.source]})
         ready: dict[tuple, object] = {}
-        # the groups' values are the keys of a first probe, of the item holding the column
-        start = Probe(item=chain.item, source=chain.source, which="", key=chain.key, columns=chain.columns,
-                      by=_GROUPS, by_column=chain.key)
         bound_sides = {}
         for which in ("old", "new"):
             version = v.at(which)
             result: dict = {}
-            _follow((start, *chain.probes), {_GROUPS: pa.table({chain.key: pa.array(values)})}, result,
+            _follow(probes, {_GROUPS: pa.table({chain.key: pa.array(values)})}, result,
                     lambda p, version=version: version[p.source], tables, arrangements, wanted, ready)
             if chain.item not in result:  # a key of another type than the arrangement's
                 return v

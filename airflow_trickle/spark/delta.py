@@ -18,7 +18,12 @@ def table_exists(spark, name: str) -> bool:
 
 
 def is_delta(spark, name: str) -> bool:
+    """Whether ``name`` is a Delta table: by the catalog's metadata (its provider), without a
+    Spark job; by DESCRIBE DETAIL only where the catalog names no provider."""
     try:
+        provider = _described(spark, name, "Provider")
+        if provider is not None:
+            return provider.lower() == "delta"
         rows = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").select("format").collect()
     except Exception:  # noqa: BLE001 - not a table Delta can describe
         return False
@@ -29,11 +34,20 @@ def table_location(spark, name: str) -> str:
     """Where the Delta table ``name`` is stored (a path or URI, ``file:`` removed)."""
     # The catalog's metadata names it without a Spark job; DESCRIBE DETAIL (a job that sums
     # file sizes, half a second on a small table) only where the catalog does not.
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {quote_name(name)}").collect():
-        if (row.col_name or "").strip() == "Location" and (row.data_type or "").strip():
-            return normalize_location(row.data_type.strip())
+    location = _described(spark, name, "Location")
+    if location is not None:
+        return normalize_location(location)
     row = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").select("location").first()
     return normalize_location(row.location)
+
+
+def _described(spark, name: str, field: str) -> str | None:
+    """A field of ``DESCRIBE TABLE EXTENDED`` (the catalog's metadata: ``Location``,
+    ``Provider``, ...), None where it has none."""
+    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {quote_name(name)}").collect():
+        if (row.col_name or "").strip() == field and (row.data_type or "").strip():
+            return row.data_type.strip()
+    return None
 
 
 def table_properties(spark, name: str) -> dict[str, str]:

@@ -147,30 +147,35 @@ class Arrangement:
 
     # -- probing -------------------------------------------------------------------------------
 
-    def probe(self, wanted, version: int) -> pa.Table:
-        """The table's rows at ``version`` whose key is among ``wanted`` (a bag, ``columns``)."""
+    def probe(self, wanted, version: int, columns: list[str] | None = None) -> pa.Table:
+        """The table's rows at ``version`` whose key is among ``wanted``: a bag of ``columns``
+        (default: all it holds).  A reader of some of the columns gets them projected before
+        the rows are gathered -- an arrangement shared by several readers holds all theirs."""
         if not self.holds(version):
             raise Stale(f"{self.uri}: arranged at {self.version} with runs to {self.latest}; "
                         f"version {version} asked")
+        columns = list(columns or self.columns)
         wanted = np.unique(np.asarray(wanted, dtype=self.keys.dtype if self.keys.size else None))
         low = np.searchsorted(self.keys, wanted, "left")
         lengths = np.searchsorted(self.keys, wanted, "right") - low
         total = int(lengths.sum())
         starts = np.repeat(low - np.cumsum(lengths) + lengths, lengths)
-        taken = self.base.take(pa.array(np.arange(total) + starts)) if total else self.base.slice(0, 0)
+        base = self.base.select(columns)
+        taken = base.take(pa.array(np.arange(total) + starts)) if total else base.slice(0, 0)
         value_set = pa.array(wanted, type=self.base.schema.field(self.key).type)
-        runs = [rows.filter(pc.is_in(rows[self.key], value_set=value_set))
+        runs = [rows.filter(pc.is_in(rows[self.key], value_set=value_set)).select([*columns, WEIGHT])
                 for _, new, rows in self.runs if new <= version]
         runs = [r for r in runs if r.num_rows]
         if not runs:
             return taken
-        weighted = taken.append_column(WEIGHT, pa.array(np.ones(total, "int64"))).cast(self._weighted_schema())
-        net = pa.concat_tables([weighted, *runs]).group_by(self.columns, use_threads=False).aggregate(
+        # a projection of a bag with signed weights is the bag of the projections: exact
+        weighted = taken.append_column(WEIGHT, pa.array(np.ones(total, "int64"))).cast(runs[0].schema)
+        net = pa.concat_tables([weighted, *runs]).group_by(columns, use_threads=False).aggregate(
             [(WEIGHT, "sum")])
         counts = net[f"{WEIGHT}_sum"].to_numpy()
         if (counts < 0).any():
             raise Stale(f"{self.uri}: its runs delete rows its base does not hold")
-        return net.select(self.columns).take(pa.array(np.repeat(np.arange(net.num_rows), counts)))
+        return net.select(columns).take(pa.array(np.repeat(np.arange(net.num_rows), counts)))
 
     def _write_manifest(self) -> None:
         """What :meth:`open` needs besides the files, written atomically."""

@@ -1,14 +1,20 @@
-"""The arrangements a refresh keeps: one folder per (table, key, columns), bounded in bytes.
+"""The arrangements a refresh keeps: one folder per (table, key), bounded in bytes.
 
 An :class:`~airflow_trickle.storage.arrangement.Arrangement` is a cache of one Delta table;
 this module decides where it lives, when it is rebuilt, and what is evicted:
 
-* **where**: ``<root>/<id>`` with ``id`` a hash of the table's URI, the key and the columns,
-  on the disk of the process that refreshes (an Airflow worker, the host of ``trickle serve``'s
-  client); the page cache keeps a mapped file warm from one task process to the next;
+* **where**: ``<root>/<id>`` with ``id`` a hash of the table's URI and the key, on the disk of
+  the process that refreshes (an Airflow worker, the host of ``trickle serve``'s client); the
+  page cache keeps a mapped file warm from one task process to the next;
+* **shared**: the stream tables that probe one table by one key share one arrangement, holding
+  the union of the columns they read.  One per column set would keep the same key and rows
+  several times over: TPC-H's 22 queries at SF 3 arranged ``lineitem`` by ``l_orderkey`` with
+  five column sets, and the copies overflowed the cache, each query's refresh rebuilding what
+  the query before had evicted (``benchmarks/README.md``);
 * **rebuilt** when the table behind the URI is another one (its Delta id differs), when the
   version asked for is older than the base (vacuumed history makes that fail, and the caller
-  scans), or when its runs have grown past :data:`COMPACT_SHARE` of the base;
+  scans), when a reader asks for a column it does not hold (widened to hold both readers'), or
+  when its runs have grown past :data:`COMPACT_SHARE` of the base;
 * **evicted**, least recently used first, when the folders together pass ``max_bytes``; the one
   just used stays.
 
@@ -50,34 +56,47 @@ class Arrangements:
         #: Seconds :meth:`ready` spent building arrangements (a one-time cost, kept apart)
         self.build_seconds = 0.0
 
-    def folder(self, uri: str, key: str, columns: tuple[str, ...]) -> Path:
-        digest = hashlib.sha1("\n".join([uri.rstrip("/"), key, *columns]).encode()).hexdigest()[:20]
+    def folder(self, uri: str, key: str) -> Path:
+        digest = hashlib.sha1("\n".join([uri.rstrip("/"), key]).encode()).hexdigest()[:20]
         return self.root / digest
 
-    def ready(self, uri: str, key: str, columns: tuple[str, ...], versions: set[int], *,
-              table_id: str) -> Arrangement:
-        """The arrangement of ``columns`` of the table at ``uri`` by ``key``, able to give each of
-        ``versions``: opened warm, caught up, or built at the oldest of them."""
-        folder = self.folder(uri, key, columns)
+    def ready(self, uri: str, key: str, columns, versions: set[int], *, table_id: str) -> Arrangement:
+        """The arrangement of the table at ``uri`` by ``key``, holding at least ``columns`` and
+        able to give each of ``versions``: opened warm, caught up, or built at the oldest of
+        them (with the columns it held before as well, for its other readers)."""
+        folder = self.folder(uri, key)
         oldest, newest = min(versions), max(versions)
+        held: list[str] = []
         with self._locked(folder):
             try:
                 arranged = Arrangement.open(folder, storage_options=self.storage_options)
-                why = self._rebuild_because(arranged, oldest, table_id)
+                held = [] if arranged.table_id != table_id else arranged.columns
+                why = self._rebuild_because(arranged, oldest, table_id, columns)
             except Stale:
                 arranged, why = None, "none kept"
             if why is None:
                 before = arranged.latest
-                arranged.catch_up(newest)
-                if not all(arranged.holds(v) for v in versions):
-                    why = f"versions {sorted(versions)} not all held (base {arranged.version}, to {arranged.latest})"
+                try:
+                    arranged.catch_up(newest)
+                except Stale as err:  # a change feed it cannot read (vacuumed, turned off): rebuilt
+                    why = str(err)
                 else:
-                    self.events.append(f"{uri}: warm" if arranged.latest == before
-                                       else f"{uri}: caught up {before}->{arranged.latest}")
+                    if not all(arranged.holds(v) for v in versions):
+                        why = (f"versions {sorted(versions)} not all held (base {arranged.version}, "
+                               f"to {arranged.latest})")
+                    else:
+                        self.events.append(f"{uri}: warm" if arranged.latest == before
+                                           else f"{uri}: caught up {before}->{arranged.latest}")
             if why is not None:
                 started = time.monotonic()
-                arranged = Arrangement.build(folder, uri, key, list(columns), version=oldest,
-                                             storage_options=self.storage_options)
+                try:
+                    arranged = Arrangement.build(folder, uri, key, [*held, *(c for c in columns if c not in held)],
+                                                 version=oldest, storage_options=self.storage_options)
+                except Exception:  # noqa: BLE001 - a column another reader held may be gone
+                    if not held:
+                        raise
+                    arranged = Arrangement.build(folder, uri, key, list(columns), version=oldest,
+                                                 storage_options=self.storage_options)
                 arranged.catch_up(newest)
                 self.build_seconds += time.monotonic() - started
                 self.events.append(f"{uri}: built at {oldest} ({why}) in {time.monotonic() - started:.1f} s, "
@@ -86,9 +105,12 @@ class Arrangements:
         self.evict(keep=folder)
         return arranged
 
-    def _rebuild_because(self, arranged: Arrangement, oldest: int, table_id: str) -> str | None:
+    def _rebuild_because(self, arranged: Arrangement, oldest: int, table_id: str, columns) -> str | None:
         if arranged.table_id != table_id:
             return "the table was replaced"
+        missing = [c for c in columns if c not in arranged.columns]
+        if missing:
+            return f"widened by {', '.join(missing)}"
         if oldest < arranged.version:
             return f"version {oldest} is older than its base {arranged.version}"
         if len(arranged.runs) > MAX_RUNS or arranged.run_rows() > COMPACT_SHARE * max(arranged.base.num_rows, 1):

@@ -22,6 +22,7 @@ import re
 from airflow_trickle.model import DUP, ROW_ID, StorageLayout
 from airflow_trickle.errors import AlreadyExistsError, CatalogError, DefinitionError
 from airflow_trickle.names import quote_identifier, quote_name, quote_string, split_name
+from airflow_trickle.spark.delta import table_location
 
 TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
@@ -172,8 +173,7 @@ def drop_storage_table(spark, name: str, catalog) -> None:
     ``catalog``'s), from this process -- over Spark Connect as well, with no JVM here."""
     location = None
     try:
-        row = spark.sql(f"DESCRIBE DETAIL {quote_name(name)}").select("location").first()
-        location = row.location if row else None
+        location = table_location(spark, name)
     except Exception:  # noqa: BLE001 - already gone
         pass
     spark.sql(f"DROP TABLE IF EXISTS {quote_name(name)}")

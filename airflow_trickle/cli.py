@@ -134,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _rows_text(kept: dict) -> str:
+    """``6,001,215 rows at 31.2 bytes each, `` for an arrangement that records its rows."""
+    if kept.get("rows") is None:
+        return ""
+    return f"{kept['rows'] + (kept.get('run_rows') or 0):,} rows at {kept['bytes_per_row']:g} bytes each, "
+
+
 def _arrangements_line(tr) -> str:
     """``health``'s last line: the join arrangements kept here, and their bound."""
     from airflow_trickle.refresh.arranged import arrangements_of
@@ -145,7 +152,7 @@ def _arrangements_line(tr) -> str:
     used = sum(r["bytes"] for r in rows)
     return (f"join arrangements: {len(rows)} kept in {kept.root}, {used / 2**20:.1f} MiB of "
             f"{kept.max_bytes / 2**20:.0f} MiB" + "".join(f"\n  {r['table']} by {r['key']} ({r['columns']}): "
-                                                         f"versions {r['versions']}, {r['bytes'] / 2**20:.1f} MiB, "
+                                                         f"versions {r['versions']}, {_rows_text(r)}{r['bytes'] / 2**20:.1f} MiB, "
                                                          f"used {r['last_used']}" for r in rows))
 
 
@@ -330,6 +337,7 @@ def _history_row(record, *, text: bool) -> dict:
         phases = dict(record.phases or {})
         actual = phases.pop("rows_touched", None)
         changed = phases.pop("changed_rows", None)
+        phases.pop("planner", None)
         if changed is not None:
             row["changed source rows"] = changed
         if record.rows_estimated is not None or actual is not None:

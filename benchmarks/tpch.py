@@ -134,8 +134,8 @@ def main() -> int:
         tr.sql(f"SELECT COUNT(*) FROM tpch.{table}").collect()
     print(f"changes ({args.changes}) applied: {len(statements)} statements, after one untimed cycle\n", flush=True)
     print(f"{'query':6} {'DIFF s':>7} {'ours s':>7} {'plan s':>7} {'probe s':>8} {'commit s':>9} {'jobs':>5} {'FULL s':>7} {'plain s':>8} "
-          f"{'FULL/DIFF':>10} {'plain/DIFF':>11}  rows", flush=True)
-    ratios_full, ratios_plain, diffs, plains, ours = [], [], [], [], []
+          f"{'FULL/DIFF':>10} {'plain/DIFF':>11} {'FULL/plain':>11}  rows", flush=True)
+    ratios_full, ratios_plain, diffs, plains, ours, full_over_plain = [], [], [], [], [], []
     for number, name in enumerate(chosen):
         runs = {"diff": lambda: tr.refresh_stream_table(f"tpch.{name}_differential"),
                 "full": lambda: tr.refresh_stream_table(f"tpch.{name}_full"),
@@ -160,17 +160,20 @@ def main() -> int:
         diffs.append(diff_s)
         plains.append(plain_s)
         ours.append(bookkeeping)
+        full_over_plain.append(full_s / plain_s)
         # the DIFFERENTIAL table runs FULL where the cost model finds recomputing cheaper: say so
         chose = "" if diff.action == "DIFFERENTIAL" else f"  (ran {diff.action}: {diff.reason})"
         print(f"{name:6} {diff_s:7.2f} {bookkeeping:7.2f} {phases.get('plan', 0) / 1000:7.2f} "
               f"{phases.get('probe', 0) / 1000:8.2f} "
               f"{phases.get('commit', 0) / 1000:9.2f} "
               f"{phases.get('spark_jobs', 0):5} {full_s:7.2f} {plain_s:8.2f} {full_s / diff_s:9.2f}x "
-              f"{plain_s / diff_s:10.2f}x  {len(stored)}{chose}", flush=True)
+              f"{plain_s / diff_s:10.2f}x {full_s / plain_s:10.2f}x  {len(stored)}{chose}", flush=True)
     spark_floor, floor = merge_floor(tr, "tpch")
     print(f"\nmedian: FULL/DIFF {statistics.median(ratios_full):.2f}x, plain/DIFF {statistics.median(ratios_plain):.2f}x;"
           f" queries where DIFFERENTIAL is slower than the plain recompute: "
-          f"{sum(r < 1 for r in ratios_plain)} of {len(ratios_plain)}")
+          f"{sum(r < 1 for r in ratios_plain)} of {len(ratios_plain)}; the slowest plain/DIFF "
+          f"{min(ratios_plain):.2f}x; our FULL / plain median {statistics.median(full_over_plain):.2f}x, "
+          f"highest {max(full_over_plain):.2f}x")
     print(f"medians: DIFFERENTIAL {statistics.median(diffs):.2f} s, plain recompute {statistics.median(plains):.2f} s, "
           f"our bookkeeping per refresh {statistics.median(ours):.2f} s; the cheapest commit (one row into a "
           f"one-row table): Spark's MERGE {spark_floor:.2f} s, resolved by Spark and committed by delta-rs "
@@ -178,6 +181,12 @@ def main() -> int:
     print(f"a refresh whose delta cost nothing would still take ~{statistics.median(ours) + floor:.2f} s: "
           f"plain/DIFF could reach at most ~{statistics.median(plains) / (statistics.median(ours) + floor):.1f}x "
           f"at this scale")
+    kept = tr.arrangements()
+    if kept:
+        print(f"\njoin arrangements kept: {len(kept)}, {sum(k['bytes'] for k in kept) / 2**20:,.0f} MiB")
+        for k in kept:
+            rows = "" if k.get("rows") is None else f", {k['rows'] + (k.get('run_rows') or 0):,} rows, {k['bytes_per_row']:g} bytes per row"
+            print(f"  {k['table'].rsplit('/', 1)[-1]} by {k['key']} ({k['columns']}): {k['bytes'] / 2**20:,.0f} MiB{rows}")
     tr.close()
     return 0
 

@@ -66,6 +66,9 @@ TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false",
                      "spark.sql.autoBroadcastJoinThreshold": "-1",
                      "spark.sql.shuffle.partitions": "1", "spark.databricks.delta.snapshotPartitions": "1",
                      "spark.default.parallelism": "1"}
+#: A Spark a test's child process starts for itself (a second application, a racing or killed
+#: worker): the tiny tables' settings, no UI.
+CHILD_SPARK = {**TINY_TABLES_SPARK, "spark.ui.enabled": "false"}
 #: The settings of a Spark service a test starts (``start_detached(..., settings=...)``).
 #: Both compilers again (a later -XX flag wins over JDK_JAVA_OPTIONS'), for a Spark that serves
 #: a test process or a module throughout.

@@ -268,13 +268,13 @@ def measure(tr, scenario: Scenario, operation: str, rng: random.Random) -> float
 def _child(argv: list[str]) -> int:
     warehouse, remote, db, operation, *names = argv
     from airflow_trickle import Trickle
-    from tests.conftest import TINY_TABLES_SPARK
+    from tests.conftest import CHILD_SPARK
 
     # "-": a classic Spark of the child's own (started here, before READY, so the kill lands
     # in the operation and not in the JVM's start)
     tr = Trickle(warehouse, remote=None if remote == "-" else remote, shuffle_partitions=2,
                  differential_max_time_ratio=1e9,  # keep refreshing DIFFERENTIAL: the kills are for it
-                 spark_conf={**TINY_TABLES_SPARK, "spark.ui.enabled": "false"})
+                 spark_conf=CHILD_SPARK)
     tr.sync()
     scenario = Scenario(warehouse=warehouse, remote=remote, db=db, queries={n: "" for n in names})
     print("READY", flush=True)

@@ -6,6 +6,7 @@ import pytest
 from airflow_trickle.catalog import CatalogStore
 from airflow_trickle.errors import RefreshError, UnsupportedConstructError
 from airflow_trickle.refresh import apply, decide
+from airflow_trickle.refresh.cost import delta_planner
 from tests.oracle import multiset
 
 pytestmark = pytest.mark.both_spark_modes
@@ -116,6 +117,8 @@ def test_a_delta_measured_slower_than_recomputing_runs_full_with_the_times(tr, d
     assert_matches(tr, name, query)
     rows = tr.history(name, limit=2)
     assert [r.action for r in rows] == ["FULL", "DIFFERENTIAL"] and rows[1].phases["changed_rows"] == 2
+    assert rows[1].phases["planner"] == delta_planner(arranged=tr.config.arrangement_max_bytes > 0)
+    assert "planner" not in rows[0].phases  # a FULL measures no delta
     cost = tr.explain(name)["cost"]  # what the rule knows and will do next
     assert cost.startswith("DIFFERENTIAL ") and cost.endswith(": a change of 1 row or more runs FULL"), cost
 

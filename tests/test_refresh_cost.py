@@ -12,8 +12,8 @@ from airflow_trickle.dvm.delta_plan import plan_refresh
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.model import StorageLayout
-from airflow_trickle.refresh.cost import (REMEASURE_AFTER, ChangeEstimate, ObservedTimes, full_is_cheaper,
-                                          observed_fanout, observed_times, slower_than_full)
+from airflow_trickle.refresh.cost import (REMEASURE_AFTER, ChangeEstimate, ObservedTimes, delta_planner,
+                                          full_is_cheaper, observed_fanout, observed_times, slower_than_full)
 from airflow_trickle.refresh.phases import PhaseClock, format_phases
 
 LIMITS = {"max_change_ratio": 0.15, "max_touched_ratio": 0.5}
@@ -52,10 +52,12 @@ def test_observed_fanout_from_the_newest_refresh_commit(record, fanout):
     assert observed_fanout(record) == fanout
 
 
-def _record(action, commit_ms=None, *, changed=None, status="COMPLETED", plan_ms=0):
+def _record(action, commit_ms=None, *, changed=None, status="COMPLETED", plan_ms=0, planner=None):
     phases = {} if commit_ms is None else {"plan": plan_ms, "commit": commit_ms}
     if changed is not None:
         phases["changed_rows"] = changed
+    if planner is not None:
+        phases["planner"] = planner
     return SimpleNamespace(action=action, status=status, phases=phases)
 
 
@@ -93,6 +95,23 @@ def test_a_delta_measured_slower_than_recomputing_runs_full_until_it_is_measured
     history = [_record("FULL", 3_000)] * (REMEASURE_AFTER - 1) + [_record("DIFFERENTIAL", 5_400, changed=2_000)]
     assert slower_than_full(2_000, observed_times(history), max_time_ratio=1.0) is not None
     assert slower_than_full(2_000, observed_times([_record("FULL", 3_000)] + history), max_time_ratio=1.0) is None
+
+
+def test_a_delta_measured_under_another_planner_is_measured_again():
+    now, before = delta_planner(True), delta_planner(False)
+    assert now != before and now == delta_planner(True)  # the arrangements' setting counts; stable
+    # measured slow without arrangements (or by older code, or before the planner was recorded)
+    history = [_record("FULL", 3_000), _record("DIFFERENTIAL", 9_000, changed=2_000, planner=before),
+               _record("DIFFERENTIAL", 8_000, changed=2_000), _record("FULL", 3_100)]
+    assert observed_times(history) == ObservedTimes(8_000, 2_000, 3_000, fulls_since=1)
+    unmeasured = observed_times(history, planner=now)
+    assert unmeasured.differential_ms is None and unmeasured.full_ms == 3_000
+    assert slower_than_full(2_000, unmeasured, max_time_ratio=1.0) is None  # the delta runs, measured anew
+    # once measured under the current planner, that measurement decides
+    measured = [_record("DIFFERENTIAL", 1_200, changed=2_000, planner=now)] + history
+    assert observed_times(measured, planner=now) == ObservedTimes(1_200, 2_000, 3_000, fulls_since=0)
+    slow_now = [_record("DIFFERENTIAL", 6_000, changed=2_000, planner=now)] + history
+    assert slower_than_full(2_000, observed_times(slow_now, planner=now), max_time_ratio=1.0) is not None
 
 
 def test_insert_only_commits_reads_the_delta_log(tmp_path):

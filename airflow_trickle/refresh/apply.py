@@ -26,10 +26,10 @@ from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.storage.deltalog import latest_version, recorded_refreshes, row_count
 from airflow_trickle.dvm.base import Unsupported
 from airflow_trickle.model import Action, RefreshMode
-from airflow_trickle.refresh.cost import ObservedTimes, observed_times
+from airflow_trickle.refresh.cost import ObservedTimes, delta_planner, observed_times
 from airflow_trickle.refresh.decide import (Decision, after_failure, after_schema_check, by_cost_model, change_estimate,
                                             without_delta)
-from airflow_trickle.refresh.arranged import probe_groups, probe_inputs
+from airflow_trickle.refresh.arranged import arrangements_on, probe_groups, probe_inputs
 from airflow_trickle.refresh.differential import drop_views, is_append, plan_differential, statement
 from airflow_trickle.refresh.failures import with_retries
 from airflow_trickle.refresh.local_merge import merge_locally
@@ -58,6 +58,8 @@ class Applied:
     rows_touched: int | None
     #: Source rows the window changed (the sources' commit metrics), when the logs said.
     changed_rows: int | None = None
+    #: A DIFFERENTIAL's :func:`~airflow_trickle.refresh.cost.delta_planner`: what its time measured.
+    planner: int | None = None
 
 
 def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str,
@@ -168,7 +170,8 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                    frontier=current, table_version=table_version,
                    rows_estimated=(estimate.touched_rows if estimate and st.effective_mode == RefreshMode.DIFFERENTIAL
                                    else None),
-                   rows_touched=touched, changed_rows=estimate.changed_rows if estimate is not None else None)
+                   rows_touched=touched, changed_rows=estimate.changed_rows if estimate is not None else None,
+                   planner=current_planner(env) if action == Action.DIFFERENTIAL else None)
 
 
 def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: list[str],
@@ -235,6 +238,12 @@ def _written_metrics(location, version_before: int, refresh_id: str, *, deleted:
     return {"num_inserted_rows": inserted, "num_updated_rows": 0, "num_deleted_rows": deleted}
 
 
+def current_planner(env) -> int:
+    """The :func:`~airflow_trickle.refresh.cost.delta_planner` a DIFFERENTIAL runs under now."""
+    return delta_planner(arrangements_on(env.config))
+
+
 def recent_times(env, st: StreamTable) -> ObservedTimes:
-    """What the table's recent DIFFERENTIAL and FULL refreshes took (its newest history rows)."""
-    return observed_times(env.catalog.history(st.name, limit=50))
+    """What the table's recent DIFFERENTIAL and FULL refreshes took (its newest history rows;
+    a DIFFERENTIAL only when measured under the current planner)."""
+    return observed_times(env.catalog.history(st.name, limit=50), planner=current_planner(env))

@@ -56,9 +56,14 @@ class ProbeReport:
         return self.terms
 
 
+def arrangements_on(config) -> bool:
+    """Whether join inputs are probed through arrangements under ``config``."""
+    return bool(config.arrangement_max_bytes) and config.arrangement_max_bytes > 0
+
+
 def arrangements_of(config) -> Arrangements | None:
     """The refreshing process's arrangements under ``config``; None when turned off."""
-    if not config.arrangement_max_bytes or config.arrangement_max_bytes <= 0:
+    if not arrangements_on(config):
         return None
     from airflow_trickle.spark.jars import cache_root
 
@@ -158,17 +163,22 @@ class _Tables:
         return self.locations[source].delta_options
 
 
+def _large_inputs(probes, tables: _Tables, min_rows: int) -> bool:
+    """Whether delta-rs reads every input ``probes`` look up and one holds ``min_rows`` rows or
+    more: probing saves a scan only of a large input."""
+    return (all(p.source in tables.locations for p in probes)
+            and any(tables.rows(p.source) >= min_rows for p in probes))
+
+
 def _worth_it(term: JoinTerm, tables: _Tables, min_rows: int, report: ProbeReport) -> bool:
     """Whether a term's probes save a scan: an input it probes is large, and its change small."""
-    if any(p.source not in tables.locations for p in term.probes) or term.source not in tables.locations:
+    if term.source not in tables.locations:
         return False
     try:
-        if not any(tables.rows(p.source) >= min_rows for p in term.probes):
-            return False
+        return _large_inputs(term.probes, tables, min_rows)
     except Exception as err:  # noqa: BLE001 - unreadable by delta-rs: Spark scans it
         report.terms.append(f"{term.source} change: scanned ({err})")
         return False
-    return True
 
 
 def _probe_term(term: JoinTerm, v: Versions, tables: _Tables, arrangements: Arrangements, wanted, ready,
@@ -251,8 +261,7 @@ def probe_groups(env, plan, block, v: Versions, scratch: list[str], built: list[
                   by=_GROUPS, by_column=chain.key)
     probes = (start, *chain.probes)
     try:
-        if any(p.source not in tables.locations for p in probes) or not any(
-                tables.rows(p.source) >= env.config.arrangement_min_rows for p in probes):
+        if not _large_inputs(probes, tables, env.config.arrangement_min_rows):
             return v
         wanted = _Wanted()
         for p in probes:

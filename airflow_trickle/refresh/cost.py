@@ -17,7 +17,9 @@ expected to touch ~450,000 of 450,000 stored rows (fan-out 450 per changed sourc
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 #: MERGE metrics of the stored rows a refresh changed (an updated row counts once).
 _TOUCHED_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
@@ -114,6 +116,36 @@ class ObservedTimes:
     fulls_since: int = 0
 
 
+#: The code that decides what a delta costs: the DVM's plans, and how a refresh probes and
+#: commits them.  A DIFFERENTIAL measured by other code does not decide (:func:`delta_planner`).
+_PLANNER_SOURCES = ("dvm", "refresh/arranged.py", "refresh/differential.py", "refresh/local_merge.py",
+                    "storage/arrangement.py", "storage/arrangements.py")
+
+
+@functools.cache
+def _planner_source_hash() -> int:
+    import xxhash
+
+    root, digest = Path(__file__).resolve().parent.parent, xxhash.xxh32()
+    for name in _PLANNER_SOURCES:
+        path = root / name
+        for source in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(source.relative_to(root).as_posix().encode())
+            digest.update(source.read_bytes())
+    return digest.intdigest()
+
+
+def delta_planner(arranged: bool) -> int:
+    """What a DIFFERENTIAL refresh is measured under, as one number its history row keeps
+    (``phases["planner"]``): the code that plans, probes and commits deltas, and whether join
+    inputs are probed through arrangements.  The time rule compares only measurements made
+    under the current one: TPC-H's q17 and q21 measured 21 s and 136 s before their inputs were
+    arranged, and those figures kept them FULL after an upgrade made their deltas cheaper."""
+    import xxhash
+
+    return xxhash.xxh32(f"{_planner_source_hash()}:{int(arranged)}".encode()).intdigest()
+
+
 def spark_ms(phases: dict | None) -> int | None:
     """Milliseconds a refresh spent planning, probing and committing (its ``plan``, ``probe``
     and ``commit`` phases), or None when it did not commit."""
@@ -122,10 +154,12 @@ def spark_ms(phases: dict | None) -> int | None:
     return int(phases.get("plan") or 0) + int(phases.get("probe") or 0) + int(phases["commit"])
 
 
-def observed_times(records) -> ObservedTimes:
+def observed_times(records, planner: int | None = None) -> ObservedTimes:
     """:class:`ObservedTimes` from history records, newest first (``RefreshRecord``-like: ``action``,
     ``status``, ``phases``; a DIFFERENTIAL's ``phases`` carries ``changed_rows``): the fastest of
-    the newest :data:`SAMPLES` of each kind.
+    the newest :data:`SAMPLES` of each kind.  With ``planner`` (:func:`delta_planner`), only the
+    DIFFERENTIAL refreshes measured under it count: one measured by other code, or with the
+    arrangements turned the other way, is measured again.
 
     >>> from types import SimpleNamespace as R
     >>> observed_times([R(action="FULL", status="COMPLETED", phases={"plan": 0, "commit": 3700}),
@@ -147,7 +181,8 @@ def observed_times(records) -> ObservedTimes:
             fulls_since += not differentials
             if len(fulls) < SAMPLES:
                 fulls.append(took)
-        elif action == "DIFFERENTIAL" and len(differentials) < SAMPLES and record.phases.get("changed_rows") is not None:
+        elif (action == "DIFFERENTIAL" and len(differentials) < SAMPLES and record.phases.get("changed_rows") is not None
+              and (planner is None or record.phases.get("planner") == planner)):
             differentials.append((took, int(record.phases["changed_rows"])))
         if len(differentials) == SAMPLES and len(fulls) == SAMPLES:
             break

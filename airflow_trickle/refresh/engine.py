@@ -60,6 +60,8 @@ class RefreshResult:
     rows_touched: int | None = None
     #: Source rows the window changed, from the sources' commit metrics (None when unknown).
     changed_rows: int | None = None
+    #: What a DIFFERENTIAL's time was measured under (``refresh.cost.delta_planner``).
+    planner: int | None = None
 
 
 class _Recorder:
@@ -85,6 +87,8 @@ class _Recorder:
             phases["rows_touched"] = result.rows_touched
         if result.changed_rows is not None:  # with the time it took, the cost model's measurement
             phases["changed_rows"] = result.changed_rows
+        if result.planner is not None:  # ... and what it measured
+            phases["planner"] = result.planner
         self.catalog.append_history(RefreshRecord(
             refresh_id=self.refresh_id, st_name=self.name, seq=result.seq, action=action, status=status,
             rows_inserted=result.rows_inserted, rows_deleted=result.rows_deleted, start_time=self.start_time,

@@ -180,7 +180,8 @@ class Arrangement:
     def _write_manifest(self) -> None:
         """What :meth:`open` needs besides the files, written atomically."""
         manifest = {"uri": self.uri, "key": self.key, "columns": self.columns, "version": self.version,
-                    "table_id": self.table_id, "runs": [[old, new] for old, new, _ in self.runs]}
+                    "table_id": self.table_id, "runs": [[old, new] for old, new, _ in self.runs],
+                    "rows": self.base.num_rows, "run_rows": sum(rows.num_rows for _, _, rows in self.runs)}
         partial = self.folder / "manifest.partial"
         partial.write_text(json.dumps(manifest))
         os.replace(partial, self.folder / "manifest.json")

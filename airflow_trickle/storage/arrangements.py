@@ -146,7 +146,9 @@ class Arrangements:
             shown.append({"table": manifest.get("uri"), "key": manifest.get("key"),
                           "columns": ", ".join(manifest.get("columns") or []),
                           "versions": f"{manifest.get('version')}..{runs[-1][1] if runs else manifest.get('version')}",
-                          "runs": len(runs), "bytes": size,
+                          "runs": len(runs), "rows": manifest.get("rows"), "run_rows": manifest.get("run_rows"),
+                          "bytes": size, "bytes_per_row": (round(size / max(manifest["rows"] + manifest.get("run_rows", 0), 1), 1)
+                                                           if manifest.get("rows") is not None else None),
                           "last_used": datetime.fromtimestamp(used, timezone.utc).isoformat(timespec="seconds")})
         return shown
 

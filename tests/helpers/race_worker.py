@@ -27,14 +27,14 @@ import time
 
 from airflow_trickle import Trickle
 from airflow_trickle.storage.lease import fence, writer_lease
-from tests.conftest import TINY_TABLES_SPARK
+from tests.conftest import CHILD_SPARK
 
 
 def main(warehouse: str, local_commit_max_rows: int) -> None:
     tr = Trickle(warehouse=warehouse, spark_master="local[1]", shuffle_partitions=1,
                  local_commit_max_rows=local_commit_max_rows, differential_max_change_ratio=1e9,
                  differential_max_touched_ratio=1e9, differential_max_time_ratio=1e9,
-                 spark_conf={**TINY_TABLES_SPARK, "spark.ui.enabled": "false"})
+                 spark_conf=CHILD_SPARK)
     tr.sync()
     print("READY", flush=True)
     for line in sys.stdin:

@@ -8,12 +8,12 @@ import sys
 
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.spark.session import build_session
-from tests.conftest import TINY_TABLES_SPARK
+from tests.conftest import CHILD_SPARK
 
 
 def main(warehouse: str, uri: str, sql: str) -> None:
     spark = build_session(TrickleConfig(spark_master="local[1]", metastore_uri=uri, shuffle_partitions=1,
-                                        spark_conf={**TINY_TABLES_SPARK, "spark.ui.enabled": "false"}), warehouse)
+                                        spark_conf=CHILD_SPARK), warehouse)
     try:
         rows = spark.sql(sql).collect()
     except Exception as err:  # noqa: BLE001 - the table is unknown to the metastore

@@ -136,9 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _rows_text(kept: dict) -> str:
     """``6,001,215 rows at 31.2 bytes each, `` for an arrangement that records its rows."""
-    if kept.get("rows") is None:
+    if kept.get("held_rows") is None:
         return ""
-    return f"{kept['rows'] + (kept.get('run_rows') or 0):,} rows at {kept['bytes_per_row']:g} bytes each, "
+    return f"{kept['held_rows']:,} rows at {kept['bytes_per_row']:g} bytes each, "
 
 
 def _arrangements_line(tr) -> str:

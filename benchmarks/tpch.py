@@ -185,7 +185,7 @@ def main() -> int:
     if kept:
         print(f"\njoin arrangements kept: {len(kept)}, {sum(k['bytes'] for k in kept) / 2**20:,.0f} MiB")
         for k in kept:
-            rows = "" if k.get("rows") is None else f", {k['rows'] + (k.get('run_rows') or 0):,} rows, {k['bytes_per_row']:g} bytes per row"
+            rows = "" if k.get("held_rows") is None else f", {k['held_rows']:,} rows, {k['bytes_per_row']:g} bytes per row"
             print(f"  {k['table'].rsplit('/', 1)[-1]} by {k['key']} ({k['columns']}): {k['bytes'] / 2**20:,.0f} MiB{rows}")
     tr.close()
     return 0

@@ -115,6 +115,7 @@ def test_readers_of_one_table_by_one_key_share_one_arrangement(tmp_path):
     base_rows, run_rows = again.base.num_rows, sum(rows.num_rows for _, _, rows in again.runs)
     assert base_rows > 0 and run_rows > 0  # the base at version 0, the run of the change 0->1
     assert (shown["versions"], shown["rows"], shown["run_rows"]) == ("0..1", base_rows, run_rows)
+    assert shown["held_rows"] == base_rows + run_rows
     assert shown["bytes_per_row"] == round(shown["bytes"] / (base_rows + run_rows), 1) > 0
     keys = list(range(20))
     assert bag(again.probe(keys, 1, ["k", "v"])) == expected(uri, 1, keys)

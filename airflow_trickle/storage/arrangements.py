@@ -143,12 +143,13 @@ class Arrangements:
             except (OSError, ValueError):
                 continue
             runs = manifest.get("runs") or []
+            held = None if manifest.get("rows") is None else manifest["rows"] + (manifest.get("run_rows") or 0)
             shown.append({"table": manifest.get("uri"), "key": manifest.get("key"),
                           "columns": ", ".join(manifest.get("columns") or []),
                           "versions": f"{manifest.get('version')}..{runs[-1][1] if runs else manifest.get('version')}",
                           "runs": len(runs), "rows": manifest.get("rows"), "run_rows": manifest.get("run_rows"),
-                          "bytes": size, "bytes_per_row": (round(size / max(manifest["rows"] + manifest.get("run_rows", 0), 1), 1)
-                                                           if manifest.get("rows") is not None else None),
+                          "held_rows": held, "bytes": size,
+                          "bytes_per_row": None if held is None else round(size / max(held, 1), 1),
                           "last_used": datetime.fromtimestamp(used, timezone.utc).isoformat(timespec="seconds")})
         return shown
 

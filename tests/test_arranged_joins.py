@@ -3,9 +3,12 @@
 The arrangements are turned on for every input (``arrangement_min_rows`` 0) in a folder of the
 test's own.  Random batches of inserts, deletes, key-moving updates and emptied tables, with
 NULL keys and duplicates, drive stream tables over inner, three-way, aggregated and LEFT
-joins, and a top-K whose touched groups are recomputed from probes; between batches the arrangements are left warm, wiped (a restart, an eviction, another
-worker) or left behind by a table that refreshes less often, and after every refresh each
-stream table equals its query.
+joins, a top-K whose touched groups are recomputed from probes, and EXISTS, NOT EXISTS and a
+correlated aggregate (an aggregate of one table joined by its group key, probed through it),
+and an aggregate of an outer join under another aggregate (TPC-H q13's shape);
+between batches the arrangements are left warm, wiped (a restart, an eviction, another worker)
+or left behind by a table that refreshes less often, and after every refresh each stream table
+equals its query.
 """
 from __future__ import annotations
 
@@ -29,6 +32,19 @@ QUERIES = {
     # cid (the first GROUP BY column) and of c by id, at the old and at the new versions
     "top": "SELECT o.cid, c.region, SUM(o.amount) AS s, COUNT(*) AS n FROM {db}.o o JOIN {db}.c c "
            "ON o.cid = c.id GROUP BY o.cid, c.region ORDER BY n DESC, s DESC, cid, region LIMIT 2",
+    # subqueries planned as joins with an aggregate of one table grouped by the key: probed
+    # through that table (c's change looks up o by cid), and the aggregate's own touched groups
+    # recomputed from o probed by its change's keys
+    "exists": "SELECT c.region, COUNT(*) AS n FROM {db}.c c WHERE EXISTS "
+              "(SELECT 1 FROM {db}.o o WHERE o.cid = c.id AND o.amount > 5) GROUP BY c.region",
+    "per_key": "SELECT o.id, o.amount FROM {db}.o o WHERE o.amount > "
+               "(SELECT AVG(o2.amount) FROM {db}.o o2 WHERE o2.cid = o.cid)",
+    "not_exists": "SELECT c.id, c.region FROM {db}.c c WHERE NOT EXISTS (SELECT 1 FROM {db}.o o WHERE o.cid = c.id)",
+    # TPC-H q13's shape: an aggregate of an outer join under another aggregate; o's change is
+    # the LEFT join's outer term (c and o looked up by its cids), and the inner aggregate's
+    # touched groups are recomputed from c and o looked up by the cids and ids the changes hold
+    "nested": "SELECT n, COUNT(*) AS customers FROM (SELECT c.id, COUNT(o.id) AS n FROM {db}.c c "
+              "LEFT JOIN {db}.o o ON c.id = o.cid GROUP BY c.id) t GROUP BY n",
 }
 
 
@@ -64,6 +80,10 @@ def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_pat
     text = caplog.text
     assert "probed" in text, "no join delta probed an arrangement"
     assert "touched groups" in text, "no aggregate's touched groups were recomputed from probes"
+    assert "through an aggregate" in text, "no term probed an input through the aggregate it changes"
+    assert "groups by cid: probed" in text, "no subquery's aggregate was recomputed from probes"
+    assert "change, outer (o recomputed for its keys): probed" in text, "no outer term probed its inputs"
+    assert "from the changes): probed" in text, "no inner aggregate's groups were looked up by the changes' keys"
     assert "built at" in text
     assert "caught up" in text or "warm" in text
     assert "wiped" in seen and "lag" in seen

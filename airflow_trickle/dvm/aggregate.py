@@ -3,7 +3,10 @@
     K  = the groups the input delta touches (their hashes)
     Δγ = −γ(old input | K) + γ(new input | K)
 
-Only the touched groups are recomputed, before and after.  When a refresh counted them and
+Only the touched groups are recomputed, before and after.  Where a refresh looked up the
+inputs of a superset of them by the changes' keys (``refresh/arranged.py``), the recompute is
+of those rows alone, unfiltered: an untouched group among them comes out alike on both sides
+and cancels, and K itself is never computed.  When a refresh counted them and
 found them few (``refresh/differential.py``), K is written into the SQL as literals, and each
 group column compared with its values becomes a filter Spark pushes down to the scans.  At the
 top of a stream table the appliers do better (``algebraic.py``, ``recompute.py``).
@@ -21,18 +24,35 @@ from airflow_trickle.sql.parse import DIALECT
 def aggregate_delta(block, v: Versions) -> exp.Query:
     """Δγ = −γ(old input | K) + γ(new input | K), K the groups the input delta touches."""
     projected = [exp.column(c, quoted=True) for c in block.columns]
-    keys = affected_groups(block, v)
+    whole = v.groups_probed_whole(block)
+    keys = None if whole else affected_groups(block, v)
     sides = []
     for which, sign, alias in (("old", -1, "__old"), ("new", 1, "__new")):
-        select = restricted(block, v, keys)
+        select = block.template.copy() if whole else restricted(block, v, keys)
         parts = [n.state(v, which) for _, n in block.items]
         probed = v.group_probed(block, which)
         if probed:  # the inputs looked up by the groups' keys (``refresh/arranged.py``)
-            parts = with_probed(select, block, parts, None, probed)
+            # (what the block reads of each item: the restriction's subquery has aliases of its own)
+            parts = with_probed(block.template, block, parts, None, probed)
+            nulls = v.null_group_rows(block)
+            if nulls is not None:
+                parts = [_with_null_keys(part, node, v, which, nulls, probed.get(i))
+                         for i, (part, (_, node)) in enumerate(zip(parts, block.items))]
         rows = block.render(select, parts)
         weight = exp.cast(exp.Literal.number(sign), "BIGINT").as_(W)
         sides.append(exp.select(*[p.copy() for p in projected], weight).from_(rows.subquery(alias)))
     return union_all(sides)
+
+
+def _with_null_keys(part: exp.Query, node, v: Versions, which: str, key: str, probed) -> exp.Query:
+    """A probed item's rows plus its table's rows whose ``key`` is NULL (Delta's statistics
+    skip every file without a NULL there); other items as they are."""
+    if probed is None:
+        return part
+    columns = [exp.column(c, quoted=True) for c in probed[1]]
+    nulls = (exp.select(*columns).from_(node.state(v, which).subquery("__nulls"))
+             .where(exp.column(key, quoted=True).is_(exp.null())))
+    return union_all([part, nulls])
 
 
 def affected_groups(block, v: Versions) -> exp.Query:

@@ -81,6 +81,25 @@ class Versions:
         versions (``dvm/probes.py``'s :func:`group_probes`): FROM item -> (view, its columns)."""
         return self.bound.get((id(node), f"groups {which}"))
 
+    def outer_probed(self, node: "Node", changed: int, which: str) -> dict[int, tuple[str, tuple[str, ...]]]:
+        """The relations a refresh probed for the outer term of ``node``'s FROM item ``changed``
+        at the ``which`` side (``dvm/probes.py``'s :class:`OuterTerm`): FROM item -> (view, its
+        columns); empty when it probed none."""
+        return {**self.bound.get((id(node), f"outer {changed}"), {}),
+                **self.bound.get((id(node), f"outer {changed} {which}"), {})}
+
+    def groups_probed_whole(self, node: "Node") -> bool:
+        """Whether the relations bound for ``node``'s touched groups (:meth:`group_probed`) hold
+        every row of a superset of those groups and nothing else: the recompute then needs no
+        filter by the groups the input delta touches -- an unchanged group's rows come out alike
+        before and after and cancel -- and the input delta is not computed at all."""
+        return bool(self.bound.get((id(node), "groups whole")))
+
+    def null_group_rows(self, node: "Node") -> str | None:
+        """The column whose NULL rows a refresh left out of ``node``'s probed touched groups (an
+        arrangement holds no NULL key): the recompute reads those rows from the table itself."""
+        return self.bound.get((id(node), "groups nulls"))
+
     def changed(self, name: str) -> bool:
         return self.old.get(name) != self.new.get(name)
 

@@ -81,10 +81,21 @@ def with_probed(term: exp.Select, block, parts: list[exp.Query], changed: int | 
                 probed: dict[int, tuple[str, tuple[str, ...]]]) -> list[exp.Query]:
     """``parts`` with each probed FROM item read from the relation the refresh probed into
     (``dvm/probes.py``), where that relation holds every column of the item the term reads
-    (the ``changed`` item's holds its change rows and their weights too)."""
+    (the ``changed`` item's holds its change rows and their weights too); an item that is an
+    aggregate of one table (``probes.keyed``) is that aggregate over the table's rows found."""
+    from airflow_trickle.dvm.probes import keyed
+
     parts = list(parts)
     for item, (view, columns) in probed.items():
-        alias = block.items[item][0]
+        alias, node = block.items[item]
+        aggregated = keyed(node)
+        if aggregated is not None:
+            # an aggregate of one table, probed through it: the aggregate of the rows found (its
+            # own change, when it is the changed item, is its delta, left as it is)
+            if item != changed and set(aggregated.columns) <= set(columns):
+                rows = parse_sql(f"SELECT {', '.join(quote_identifier(c) for c in columns)} FROM {view}")
+                parts[item] = node.render(node.template, [rows])
+            continue
         held = [*columns, W] if item == changed else list(columns)
         if not {c.name for c in term.find_all(exp.Column) if c.table == alias} <= set(held):
             continue

@@ -9,14 +9,15 @@ join-key values of ΔRi:
 Rows whose join key is outside K have the same partners before and after, so they cancel and
 are never computed: K restricts Ri's scan, the other side's rows (a LEFT SEMI JOIN on the key)
 and, for FULL, both inputs.  NULL keys are compared NULL-safely here, so a FULL join's
-NULL-keyed rows (always padded) follow too.
+NULL-keyed rows (always padded) follow too.  A refresh may hand the inputs in already looked up
+by the change's keys (``dvm/probes.OuterTerm``); K still restricts them.
 """
 from __future__ import annotations
 
 from sqlglot import exp
 
 from airflow_trickle.dvm.base import W, Node, Versions
-from airflow_trickle.dvm.join import KEY, JoinKind, semi_join
+from airflow_trickle.dvm.join import KEY, JoinKind, semi_join, with_probed
 from airflow_trickle.sql.parse import DIALECT
 
 
@@ -36,6 +37,9 @@ def outer_join_terms(block, v: Versions, i: int, select: exp.Select,
     terms = []
     for which, sign in (("new", 1), ("old", -1)):
         parts = before + [node.state(v, which)] + after
+        probed = v.outer_probed(block, i, which)
+        if probed:  # inputs looked up by the change's keys (``refresh/arranged.py``): supersets of K
+            parts = with_probed(block.template, block, parts, None, probed)
         for j, exprs in restrict.items():
             parts[j] = semi_join(star_of(parts[j], block.items[j][0]), exprs, keys)
         term = select.copy()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from airflow_trickle.dvm.base import Node, Versions, operators
+from airflow_trickle.sql.parse import DIALECT
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,168 @@ class JoinTerm:
     source: str  # the changed stored table
     change_columns: tuple[str, ...]  # its columns the block reads
     probes: tuple[Probe, ...]  # in the order they can run (each ``by`` is known before)
+    #: The changed item is an aggregate of the changed table (:func:`keyed`): its change rows
+    #: give the keys the other inputs are probed by, and the item keeps its own delta.
+    aggregated: bool = False
+
+
+#: The pseudo FROM item whose rows are an outer term's join-key values (:class:`OuterTerm`).
+OUTER_KEYS = -1
+
+
+@dataclass(frozen=True)
+class OuterTerm:
+    """The term of ``block``'s join delta for FROM item ``changed``, the null-supplying side of a
+    LEFT join (``dvm/outer_join.py``): the chain recomputed before and after for K, the join-key
+    values of the item's change.
+
+    The changed item is probed by K at both versions; the item holding the other side of the
+    key by K too (the term keeps only rows whose key is in K), and the inputs reached from it
+    along equalities.  Probing by the change's keys -- a superset of K where the item is an
+    aggregate (``keyed``) -- is exact: the term restricts both sides to K itself.  The key is
+    an ``=`` of the ON, so a NULL among the change's keys is left out of the lookups: a row
+    whose key is NULL meets no partner, and the preserved rows it would select are output alike
+    before and after, cancelling whether both sides hold them or neither does."""
+
+    block: Node
+    changed: int
+    source: str  # the changed table (the item's, or its aggregate's)
+    key: str  # the changed table's column holding the join key
+    columns: tuple[str, ...]  # the changed table's columns the item reads
+    probes: tuple[Probe, ...]  # the preserved side's by the keys (``by`` is OUTER_KEYS), then onwards
+
+
+def _plain_equalities(on: exp.Expression | None) -> set[frozenset[str]]:
+    """The ``=`` conjuncts of ``on`` (not ``<=>``: a NULL key matches nothing only under ``=``)."""
+    return {_pair_sql(c.this, c.expression) for c in _conjuncts(on) if isinstance(c, exp.EQ)}
+
+
+def _pair_sql(a: exp.Expression, b: exp.Expression) -> frozenset[str]:
+    return frozenset((a.sql(DIALECT), b.sql(DIALECT)))
+
+
+def outer_terms(node: Node, v: Versions) -> tuple[OuterTerm, ...]:
+    """Every outer term under ``node`` whose changed item is a stored table's change feed (or an
+    aggregate of one, :func:`keyed`) joined by a plain column (:class:`OuterTerm`)."""
+    from airflow_trickle.dvm.block import Block
+    from airflow_trickle.dvm.join import JoinKind
+
+    found = []
+    for block in operators(node):
+        if not (isinstance(block, Block) and len(block.items) > 1) or any(
+                block.step(i).kind is JoinKind.FULL for i in range(len(block.items))):
+            continue
+        aliases = [alias for alias, _ in block.items]
+        used = _columns_by_alias(block.template, aliases)
+        equalities = _equalities(block, aliases)
+        for i, (alias, item) in enumerate(block.items):
+            step = block.step(i)
+            stored = _stored_columns(item)
+            if step.kind is not JoinKind.LEFT or stored is None or not item.changed(v) \
+                    or not v.use_cdf.get(stored[0], True):
+                continue
+            equal = _plain_equalities(block.template.args["joins"][i - 1].args.get("on"))
+            pair = next(((o, k) for o, k in zip(step.outer_keys, step.item_keys)
+                         if isinstance(k, exp.Column) and k.table == alias
+                         and (stored[1] is None or k.name in stored[1]) and _pair_sql(o, k) in equal), None)
+            if pair is None:
+                continue
+            outer, own = pair
+            key = own.name if stored[1] is None else stored[1][own.name]
+            columns = stored[2] or tuple(sorted(used[alias]))
+            probes = []
+            j = aliases.index(outer.table) if isinstance(outer, exp.Column) and outer.table in aliases else None
+            held = _stored_columns(block.items[j][1]) if j is not None else None
+            if held is not None and (held[1] is None or outer.name in held[1]):
+                probes.append(Probe(item=j, source=held[0], which="new" if j < i else "old",
+                                    key=outer.name if held[1] is None else held[1][outer.name],
+                                    columns=held[2] or tuple(sorted(used[aliases[j]])), by=OUTER_KEYS, by_column=key))
+                probes += _walk(block, j, used, equalities, lambda n: "new" if n < i else "old", blocked={i})
+            found.append(OuterTerm(block=block, changed=i, source=stored[0], key=key, columns=columns,
+                                   probes=tuple(probes)))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A FROM item that is an aggregate of one stored table grouped by plain columns of it
+    (a subquery the optimizer turned into a join: ``EXISTS``, ``IN``, a correlated aggregate).
+
+    Its rows whose group column is in a key set K are exactly the aggregate of the table's rows
+    whose column is in K -- a group holds only rows of its own value -- so the item is probed by
+    probing the table by that column and letting Spark aggregate the rows found."""
+
+    scan: Node
+    alias: str  # the table's alias inside the aggregate
+    columns: tuple[str, ...]  # the table's columns the aggregate reads
+    keys: dict[str, str]  # the aggregate's output column -> the table's group column it is
+
+
+def keyed(node: Node) -> Keyed | None:
+    """``node`` as a :class:`Keyed` item, or None (not an aggregate of one stored table, or no
+    output column is a plain group column).
+
+    >>> from airflow_trickle.dvm.planner import plan
+    >>> k = keyed(plan("SELECT l.ok AS k, SUM(l.q) AS q FROM s.l AS l WHERE l.q > 0 GROUP BY l.ok",
+    ...                {"s.l": ["ok", "q", "x"]}))
+    >>> k.scan.name, k.columns, k.keys
+    ('s.l', ('ok', 'q'), {'k': 'ok'})
+    """
+    from airflow_trickle.dvm.block import Block
+    from airflow_trickle.dvm.scan import Scan
+
+    if not (isinstance(node, Block) and node.is_aggregate and node.group and node.window_keys is None
+            and len(node.items) == 1 and isinstance(node.items[0][1], Scan)
+            and not node.template.args.get("laterals") and not node.template.args.get("joins")):
+        return None
+    alias, scan = node.items[0]
+    own = set(scan.columns)  # one FROM item: a column not qualified is its own
+
+    def of_scan(e: exp.Expression) -> bool:
+        return isinstance(e, exp.Column) and e.table in ("", alias) and e.name in own
+
+    grouped = {g.name for g in node.group if of_scan(g)}
+    keys = {}
+    for name, projection in zip(node.columns, node.template.expressions):
+        inner = projection.unalias()
+        if of_scan(inner) and inner.name in grouped:
+            keys[name] = inner.name
+    if not keys:
+        return None
+    read = {c.name for c in node.template.find_all(exp.Column) if of_scan(c)}
+    return Keyed(scan=scan, alias=alias, columns=tuple(sorted(read)), keys=keys)
+
+
+@dataclass(frozen=True)
+class KeyedDelta:
+    """An aggregate of one changed stored table, grouped by a plain column of it, whose delta --
+    its touched groups recomputed before and after -- reads that table probed by the change's
+    values of the column instead of whole (``dvm/aggregate.py``)."""
+
+    block: Node
+    source: str
+    key: str  # the table's group column looked up
+    columns: tuple[str, ...]  # the table's columns the aggregate reads
+
+
+def keyed_deltas(node: Node, v: Versions) -> tuple[KeyedDelta, ...]:
+    """Every aggregate below ``node`` whose touched groups can be recomputed from its table's
+    rows probed by the change's keys (:class:`KeyedDelta`): a :func:`keyed` block whose table
+    changed and has a readable change feed.
+
+    Exact: a touched group's value of the column is in the change's rows, and every stored row
+    of the group holds that value.  An arrangement leaves NULL keys out: when the change touches
+    the NULL group, its rows are read from the table by Spark (``Versions.null_group_rows``)."""
+    found = []
+    for block in operators(node):
+        if block is node:
+            continue  # the top aggregate is applied from its input's delta (``dvm/apply.py``)
+        item = keyed(block)
+        if item is None or not item.scan.changed(v) or not v.use_cdf.get(item.scan.name, True):
+            continue
+        column = next(iter(item.keys.values()))
+        found.append(KeyedDelta(block=block, source=item.scan.name, key=column, columns=item.columns))
+    return tuple(found)
 
 
 def join_terms(node: Node, v: Versions) -> tuple[JoinTerm, ...]:
@@ -85,13 +248,16 @@ def _block_terms(block, v: Versions) -> list[JoinTerm]:
     equalities = _equalities(block, aliases)
     terms = []
     for i, (alias, node) in enumerate(block.items):
-        if not (isinstance(node, Scan) and node.changed(v) and block.is_linear_in(i)
-                and v.use_cdf.get(node.name, True) and used.get(alias)):
+        item = keyed(node)
+        scan = node if isinstance(node, Scan) else item.scan if item else None
+        if not (scan is not None and scan.changed(v) and block.is_linear_in(i)
+                and v.use_cdf.get(scan.name, True) and used.get(alias)):
             continue
         probes = _walk(block, i, used, equalities, lambda item: "new" if item < i else "old")
         if probes:
-            terms.append(JoinTerm(block=block, changed=i, source=node.name,
-                                  change_columns=tuple(sorted(used[alias])), probes=tuple(probes)))
+            terms.append(JoinTerm(block=block, changed=i, source=scan.name,
+                                  change_columns=item.columns if item else tuple(sorted(used[alias])),
+                                  probes=tuple(probes), aggregated=item is not None))
     return terms
 
 
@@ -136,41 +302,127 @@ def group_probes(block, v: Versions) -> GroupProbe | None:
         return None
     aliases = [alias for alias, _ in block.items]
     used = _columns_by_alias(block.template, aliases)
-    for k, expression in enumerate(block.group):
+    equalities = _equalities(block, aliases)
+    joined = {(aliases[a], column) for a, column, _, _ in equalities}
+    # a column the inputs are joined by first: a key, of a type arrangements hold (q18 groups by
+    # c_name first, a string, then by c_custkey and o_orderkey)
+    order = sorted(range(len(block.group)), key=lambda k: (block.group[k].table, block.group[k].name) not in joined
+                   if isinstance(block.group[k], exp.Column) else True)
+    for k in order:
+        expression = block.group[k]
         if not (isinstance(expression, exp.Column) and expression.table in aliases):
             continue
         item = aliases.index(expression.table)
         node = block.items[item][1]
         if not isinstance(node, Scan) or expression.name not in used.get(expression.table, ()):
             continue
-        probes = _walk(block, item, used, _equalities(block, aliases), lambda _: "")
+        probes = _walk(block, item, used, equalities, lambda _: "")
         return GroupProbe(block=block, item=item, source=node.name, group=k, key=expression.name,
                           columns=tuple(sorted(used[expression.table])), probes=tuple(probes))
     return None
 
 
-def _walk(block, start: int, used: dict[str, set[str]], equalities, which) -> list[Probe]:
-    """The probes reaching out from FROM item ``start`` along ``equalities``, in an order
-    where each probe's keys are known before it runs (``which(item)``: the version it reads)."""
-    from airflow_trickle.dvm.scan import Scan
+def group_keys_of_changes(block, v: Versions, chain: GroupProbe) -> tuple[tuple[str, str, bool], ...] | None:
+    """Where the group values ``block``'s input delta touches come from: for each changed FROM
+    item, ``(its table, the table's column)`` whose values in the change hold every value of
+    the GROUP BY column ``chain`` looks up that the item's term can output; None when some
+    changed item gives no such column.
+
+    The item holding the group column gives that column; an item equal to it by a WHERE
+    conjunct or an inner join's ON gives its side of the equality (a term's rows satisfy it);
+    the null-supplying side of a LEFT join whose ON pairs it with the group column gives its
+    side of the key (its term keeps only rows whose key is among the change's).  The NULL group
+    is bounded only by the group column's own table: a NULL there touches it (the refresh then
+    leaves the groups to Spark), a NULL on the other side of an ``=`` touches no group.  Each
+    entry is ``(table, column, whether it is the group column itself)``.
+    """
+    from airflow_trickle.dvm.join import JoinKind
 
     aliases = [alias for alias, _ in block.items]
+    group_alias = aliases[chain.item]
+    symmetric = [c for c in _conjuncts(block.template.args["where"].this if block.template.args.get("where") else None)]
+    for n, join in enumerate(block.template.args.get("joins") or [], start=1):
+        if block.step(n).kind is JoinKind.INNER:
+            symmetric += _conjuncts(join.args.get("on"))
+    found = []
+    for i, (alias, node) in enumerate(block.items):
+        stored = _stored_columns(node)
+        if not node.changed(v):
+            continue
+        if stored is None or not v.use_cdf.get(stored[0], True):
+            return None
+        candidates = []
+        if i == chain.item:
+            candidates.append(chain.key)
+        elif block.is_linear_in(i):
+            for c in symmetric:
+                if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
+                    for mine, other in ((c.this, c.expression), (c.expression, c.this)):
+                        if mine.table == alias and other.table == group_alias and other.name == chain.key:
+                            candidates.append(mine.name)
+        elif block.step(i).kind is JoinKind.LEFT:
+            step = block.step(i)
+            equal = _plain_equalities(block.template.args["joins"][i - 1].args.get("on"))
+            candidates += [k.name for o, k in zip(step.outer_keys, step.item_keys)
+                           if isinstance(o, exp.Column) and o.table == group_alias and o.name == chain.key
+                           and isinstance(k, exp.Column) and k.table == alias and _pair_sql(o, k) in equal]
+        column = next((c if stored[1] is None else stored[1].get(c) for c in candidates
+                       if stored[1] is None or c in stored[1]), None)
+        if column is None:
+            return None
+        found.append((stored[0], column, i == chain.item))
+    return tuple(dict.fromkeys(found)) or None
+
+
+def _walk(block, start: int, used: dict[str, set[str]], equalities, which, blocked=frozenset()) -> list[Probe]:
+    """The probes reaching out from FROM item ``start`` along ``equalities``, in an order
+    where each probe's keys are known before it runs (``which(item)``: the version it reads).
+
+    An item that is an aggregate of one table (:func:`keyed`) is probed through that table, by
+    the group column an equality names; its rows found are the table's, so a probe by them, or
+    a filter on them, names the table's column too.  ``blocked`` items are neither probed nor
+    give keys (an outer term probes its changed item apart, once per version)."""
+    aliases = [alias for alias, _ in block.items]
+    stored = [_stored_columns(node) for _, node in block.items]  # item -> its column -> the table's
+
+    def column_of(item: int, column: str) -> str | None:
+        found = stored[item]
+        return None if found is None else column if found[1] is None else found[1].get(column)
+
     known, probes = {start}, []
     progress = True
     while progress:
         progress = False
         for known_item, known_column, item, column in equalities:
-            other = block.items[item][1]
-            if (known_item in known and item not in known and isinstance(other, Scan)
+            if not (known_item in known and item not in known and stored[item] and item not in blocked
                     and column in used.get(aliases[item], ())):
-                columns = tuple(sorted(used[aliases[item]]))
-                also = tuple(dict.fromkeys((k, kc, c) for k, kc, j, c in equalities
-                                           if j == item and k in known and (k, kc, c) != (known_item, known_column, column)))
-                probes.append(Probe(item=item, source=other.name, which=which(item), key=column, columns=columns,
-                                    by=known_item, by_column=known_column, also=also))
-                known.add(item)
-                progress = True
+                continue
+            key, by_column = column_of(item, column), column_of(known_item, known_column)
+            if key is None or by_column is None:
+                continue
+            source, held = stored[item][0], stored[item][2] or tuple(sorted(used[aliases[item]]))
+            also = tuple(dict.fromkeys((k, column_of(k, kc), column_of(item, c)) for k, kc, j, c in equalities
+                                       if j == item and k in known and k not in blocked
+                                       and (k, kc, c) != (known_item, known_column, column)
+                                       and column_of(k, kc) is not None and column_of(item, c) is not None))
+            probes.append(Probe(item=item, source=source, which=which(item), key=key, columns=held,
+                                by=known_item, by_column=by_column, also=also))
+            known.add(item)
+            progress = True
     return probes
+
+
+def _stored_columns(node: Node) -> tuple[str, dict, tuple[str, ...] | None] | None:
+    """How a FROM item's rows come from one stored table: ``(table, the item's column -> the
+    table's, the table's columns to read)`` -- for a scan every column is itself and its
+    columns are those the block reads (both None here), for a :func:`keyed` aggregate its
+    group columns and what it reads; None for any other item."""
+    from airflow_trickle.dvm.scan import Scan
+
+    if isinstance(node, Scan):
+        return node.name, None, None
+    item = keyed(node)
+    return (item.scan.name, item.keys, item.columns) if item else None
 
 
 def _columns_by_alias(template: exp.Select, aliases: list[str]) -> dict[str, set[str]]:

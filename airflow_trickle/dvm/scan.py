@@ -1,8 +1,9 @@
 """``Scan``: a stored source table (a base table or an upstream stream table).
 
-    ΔR = the net change of R over (old, new]: its Change Data Feed (``table_changes``), each
-         insert and post-image +1, each delete and pre-image −1; or, where the feed cannot be
-         read, R_new − R_old by two time-travel reads (snapshot mode).
+    ΔR = the net change of R over (old, new]: its Change Data Feed (``table_changes``, or the
+         same rows a refresh read once and handed in), each insert and post-image +1, each
+         delete and pre-image −1; or, where the feed cannot be read, R_new − R_old by two
+         time-travel reads (snapshot mode).
 """
 from __future__ import annotations
 
@@ -40,7 +41,10 @@ class Scan(Node):
     def delta(self, v: Versions) -> exp.Query:
         # ΔR: the net change of R in (old, new]; several changes to one row collapse, an
         # insert then delete of a row vanishes (the weights sum to zero).
-        if v.use_cdf.get(self.name, True):
+        read = v.view_of(self, "change")
+        if read is not None:  # the change feed read once by the refresh (``refresh/arranged.py``)
+            changes = f"SELECT {self._cols()}, {W} FROM {read}"
+        elif v.use_cdf.get(self.name, True):
             weight = "CASE WHEN _change_type IN ('insert', 'update_postimage') THEN 1 ELSE -1 END"
             changes = (f"SELECT {self._cols()}, {weight} AS {W} FROM "
                        f"table_changes('{self.name}', {v.old[self.name] + 1}, {v.new[self.name]})")

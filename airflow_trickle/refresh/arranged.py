@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_trickle.dvm.base import W, Versions
-from airflow_trickle.dvm.probes import JoinTerm, Probe, join_terms
+from airflow_trickle.dvm.probes import (OUTER_KEYS, JoinTerm, KeyedDelta, OuterTerm, Probe, join_terms, keyed_deltas,
+                                        outer_terms)
 from airflow_trickle.storage.arrangement import WEIGHT, Stale, change_rows
 from airflow_trickle.storage.arrangements import Arrangements
 
@@ -38,6 +39,11 @@ log = logging.getLogger(__name__)
 
 #: A change of more rows than this is not read into the refreshing process: Spark joins it.
 MAX_CHANGE_ROWS = 2_000_000
+#: A probe that would gather more than this share of an arrangement's rows, and more than
+#: ``PROBED_ROWS_FLOOR`` rows, is left to Spark's scan: rows handed to Spark as a local relation
+#: cost some microseconds each, a scan a fraction of one (TPC-H q17 at SF 1: 360k of lineitem's
+#: 6M rows found, three times, made the commit 9 s against a 3 s recompute).
+MAX_PROBED_SHARE, PROBED_ROWS_FLOOR = 0.05, 100_000
 #: The pseudo FROM item whose rows are an aggregate's touched groups (:func:`probe_groups`).
 _GROUPS = -1
 
@@ -74,39 +80,277 @@ def arrangements_of(config) -> Arrangements | None:
 
 def probe_inputs(env, plan, scratch: list[str]) -> tuple[Versions, ProbeReport]:
     """``plan``'s versions with the relations of every term probed bound in (views named in
-    ``scratch``), and what was done."""
+    ``scratch``), and what was done: the changes read once, the join-delta terms
+    (``dvm/probes.join_terms``), the aggregates of one table whose touched groups are
+    recomputed from it (``keyed_deltas``), the outer joins' terms (``outer_terms``) and the
+    aggregates of joins whose groups the changes' keys bound."""
     v, report = plan.versions, ProbeReport()
     arrangements = arrangements_of(env.config)
-    terms = join_terms(plan.node, v) if arrangements is not None else ()
-    if not terms:
+    if arrangements is None:
         return v, report
-    tables = _Tables(env, plan.st.name)
-    worth = [t for t in terms if _worth_it(t, tables, env.config.arrangement_min_rows, report)]
-    if not worth:
-        return v, report
-    wanted = _Wanted()
-    for term in worth:
-        for p in term.probes:
-            wanted.add(p, {v.at(p.which)[p.source]})
-    ready: dict[tuple, object] = {}
-    changes: dict[tuple, pa.Table] = {}
-    for term in worth:
-        try:
-            relations = _probe_term(term, v, tables, arrangements, wanted, ready, changes)
-            bound = _registered(env, relations, scratch)
-        except Exception as err:  # noqa: BLE001 - an optimisation: the term keeps its scans
-            report.terms.append(f"{term.source} change: scanned ({type(err).__name__}: {err})")
-            log.info("%s: the term of %s's change keeps its scans: %s", plan.st.name, term.source, err,
-                     exc_info=not isinstance(err, (Stale, TypeError)))
-            continue
-        v = v.bind(term.block, f"probed {term.changed}", bound)
-        report.rows += sum(rows.num_rows for rows, _ in relations.values())
-        probed = ", ".join(f"{term.block.items[i][0]} {relations[i][0].num_rows}" for i in relations if i != term.changed)
-        report.terms.append(f"{term.source} change ({relations[term.changed][0].num_rows} rows): probed {probed}")
+    run = _Probing(env, plan.st.name, _Tables(env, plan.st.name), arrangements, scratch, report)
+    v = _read_changes_once(env, plan, v, run.tables, run.changes, scratch, report)
+    min_rows = env.config.arrangement_min_rows
+    terms = [t for t in join_terms(plan.node, v) if run.worth_it(t.source, t.probes, min_rows)]
+    grouped = [g for g in keyed_deltas(plan.node, v) if run.worth_it(g.source, [g], min_rows)]
+    outer = [t for t in outer_terms(plan.node, v)
+             if run.worth_it(t.source, [_changed_probe(t), *t.probes], min_rows)]
+    chains = [c for c in _changed_group_chains(plan, v) if run.worth_it(c[2][0][0], c[1], min_rows)]
+    for term in terms:
+        run.wanted.add_all(term.probes, lambda p: {v.at(p.which)[p.source]})
+    both = lambda p: {v.old[p.source], v.new[p.source]}  # noqa: E731
+    for g in grouped:
+        run.wanted.add(g, both(g))
+    for _, probes, _ in chains:
+        run.wanted.add_all(probes, both)
+    for term in outer:
+        run.wanted.add(_changed_probe(term), both(term))
+        run.wanted.add_all(term.probes, lambda p: {v.at(p.which)[p.source]})
+    for term in terms:
+        v = run.attempt(v, f"{term.source} change", lambda v, term=term: _bind_join_term(run, term, v))
+    for g in grouped:
+        v = run.attempt(v, f"{g.source} groups by {g.key}", lambda v, g=g: _bind_keyed_groups(run, g, v))
+    for term in outer:
+        v = run.attempt(v, f"{term.source} change, outer", lambda v, term=term: _bind_outer_term(run, term, v))
+    for chain in chains:
+        v = run.attempt(v, f"groups by {chain[1][0].key}", lambda v, chain=chain: _bind_group_chain(run, *chain, v))
     for event in arrangements.events:
         log.info("%s: arrangement %s", plan.st.name, event)
     report.build_ms = int(arrangements.build_seconds * 1000)
     return v, report
+
+
+@dataclass
+class _Probing:
+    """What one refresh's probes share: the sources as delta-rs sees them, the arrangements and
+    what is asked of them, the changes read, and where views and the report go."""
+
+    env: object
+    name: str
+    tables: "_Tables"
+    arrangements: Arrangements
+    scratch: list[str]
+    report: ProbeReport
+    wanted: "_Wanted" = field(default_factory=lambda: _Wanted())
+    ready: dict = field(default_factory=dict)
+    changes: dict = field(default_factory=dict)
+
+    def worth_it(self, source: str, probes, min_rows: int) -> bool:
+        return _worth_it(source, probes, self.tables, min_rows, self.report)
+
+    def attempt(self, v: Versions, what: str, bind) -> Versions:
+        """``bind(v)``: ``v`` with one term's relations bound, and a line of the report; ``v``
+        unchanged when it fails -- an optimisation: that part of the delta keeps its scans."""
+        try:
+            bound, line = bind(v)
+        except Exception as err:  # noqa: BLE001
+            self.report.terms.append(f"{what}: scanned ({type(err).__name__}: {err})")
+            log.info("%s: %s keeps its scans: %s", self.name, what, err,
+                     exc_info=not isinstance(err, (Stale, TypeError)))
+            return v
+        self.report.terms.append(f"{what}{line}")
+        return bound
+
+    def register(self, relations: dict[int, tuple[pa.Table, tuple[str, ...]]]) -> dict:
+        self.report.rows += sum(rows.num_rows for rows, _ in relations.values())
+        return _registered(self.env, relations, self.scratch)
+
+    def follow(self, probes, known: dict, version_of) -> dict:
+        result: dict = {}
+        _follow(probes, known, result, version_of, self.tables, self.arrangements, self.wanted, self.ready)
+        return result
+
+
+def _bind_join_term(run: _Probing, term: JoinTerm, v: Versions) -> tuple[Versions, str]:
+    """A join-delta term's change and the inputs it reaches, looked up by its keys."""
+    change = _change(term.source, term.change_columns, v, run.tables, run.changes)
+    relations = {term.changed: (change, term.change_columns),
+                 **run.follow(term.probes, {term.changed: change}, lambda p: v.at(p.which)[p.source])}
+    if term.aggregated:  # the changed item keeps its own delta: its change rows only gave keys
+        del relations[term.changed]
+    bound = v.bind(term.block, f"probed {term.changed}", run.register(relations))
+    probed = ", ".join(f"{term.block.items[i][0]} {rows.num_rows}" for i, (rows, _) in relations.items()
+                       if i != term.changed)
+    return bound, f" ({change.num_rows} rows{', through an aggregate' if term.aggregated else ''}): probed {probed}"
+
+
+def _bind_keyed_groups(run: _Probing, g: KeyedDelta, v: Versions) -> tuple[Versions, str]:
+    """An aggregate of one table: the rows of the groups its change's keys name, both sides."""
+    sides = _probe_groups_of(g, v, run.tables, run.arrangements, run.wanted, run.ready, run.changes)
+    nulls = sides.pop("nulls")
+    for which, rows in sides.items():
+        v = v.bind(g.block, f"groups {which}", run.register({0: (rows, g.columns)}))
+    v = v.bind(g.block, "groups whole", True)  # every row of the groups of the change's keys
+    if nulls:  # the NULL group is not arranged: its rows are read by Spark
+        v = v.bind(g.block, "groups nulls", g.key)
+    return v, f": probed {sides['old'].num_rows} rows before, {sides['new'].num_rows} after"
+
+
+def _bind_outer_term(run: _Probing, term: OuterTerm, v: Versions) -> tuple[Versions, str]:
+    """An outer term's inputs looked up by the join-key values of its change."""
+    shared, sides = _probe_outer(term, v, run.tables, run.arrangements, run.wanted, run.ready, run.changes)
+    v = v.bind(term.block, f"outer {term.changed}", run.register(shared))
+    for which, rows in sides.items():
+        v = v.bind(term.block, f"outer {term.changed} {which}", run.register({term.changed: (rows, term.columns)}))
+    items = term.block.items
+    probed = "".join(f", {items[i][0]} {rows.num_rows}" for i, (rows, _) in shared.items())
+    return v, (f" ({items[term.changed][0]} recomputed for its keys): probed {items[term.changed][0]} "
+               f"{sides['old'].num_rows} before, {sides['new'].num_rows} after{probed}")
+
+
+def _bind_group_chain(run: _Probing, block, probes, origins, v: Versions) -> tuple[Versions, str]:
+    """An aggregate of a join: its inputs looked up by the group values the changes bound, at
+    the old versions and at the new."""
+    values = _changed_values(origins, v, run.tables, run.changes)
+    sides = {}
+    for which in ("old", "new"):
+        version = v.at(which)
+        sides[which] = run.follow(probes, {_GROUPS: pa.table({probes[0].key: values})},
+                                  lambda p, version=version: version[p.source])
+        if probes[0].item not in sides[which]:
+            raise Stale("a key of another type than the arrangement's")
+    for which, result in sides.items():
+        v = v.bind(block, f"groups {which}", run.register(result))
+    if len(sides["new"]) == len(probes):  # every input looked up: every row of those groups, nothing else
+        v = v.bind(block, "groups whole", True)
+    return v, f" ({len(values)} from the changes): probed " + "; ".join(
+        f"{which} " + ", ".join(f"{block.items[i][0]} {rows.num_rows}" for i, (rows, _) in result.items())
+        for which, result in sides.items())
+
+
+#: A change of more rows than this is read by Spark's ``table_changes`` at each use instead of
+#: once by delta-rs: a local relation costs some microseconds a row.
+MAX_CHANGE_VIEW_ROWS = 200_000
+_PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_string,
+          pa.types.is_large_string, pa.types.is_string_view, pa.types.is_boolean, pa.types.is_date,
+          pa.types.is_timestamp, pa.types.is_binary, pa.types.is_large_binary)
+
+
+def _read_changes_once(env, plan, v: Versions, tables: "_Tables", changes: dict, scratch: list[str],
+                       report: ProbeReport) -> Versions:
+    """``v`` with the change of every changed source the delta reads from its change feed read
+    once, by delta-rs, and handed to Spark as a temporary view each scan of it reads.
+
+    Why: a delta reads a change many times -- each join term, the keys of an outer term and of
+    an aggregate's touched groups, both sides of each recompute (TPC-H q13: eight reads of
+    ``table_changes`` in one statement) -- and each read by Spark plans and runs a scan of
+    the change files.  The rows are the feed's, weighted as ``Scan.delta`` weights them; a
+    source delta-rs cannot read, or a change over ``MAX_CHANGE_VIEW_ROWS`` rows or of columns
+    not of plain types, keeps Spark's reads."""
+    from airflow_trickle.dvm.base import operators
+    from airflow_trickle.dvm.scan import Scan
+    from airflow_trickle.storage.deltalog import changed_rows
+
+    scans: dict[str, list] = {}
+    for node in operators(plan.node):
+        if isinstance(node, Scan) and node.changed(v) and v.use_cdf.get(node.name, True):
+            scans.setdefault(node.name, []).append(node)
+    for source, nodes in scans.items():
+        columns = tuple(dict.fromkeys(c for n in nodes for c in n.columns))
+        try:
+            if source not in tables.locations or changed_rows(tables.locations[source], v.old[source],
+                                                              v.new[source]) > MAX_CHANGE_VIEW_ROWS:
+                continue
+            rows = _change(source, columns, v, tables, changes)
+            if not all(any(test(f.type) for test in _PLAIN) for f in rows.schema):
+                continue
+            [(view, _)] = _registered(env, {0: (rows, columns)}, scratch).values()
+        except Exception as err:  # noqa: BLE001 - an optimisation: Spark reads the feed
+            log.info("%s: the change of %s is read by Spark: %s", plan.st.name, source, err)
+            continue
+        for node in nodes:
+            v = v.bind(node, "change", view)
+        report.rows += rows.num_rows
+        report.terms.append(f"{source} change ({rows.num_rows} rows) read once")
+    return v
+
+
+def _changed_group_chains(plan, v: Versions) -> list[tuple]:
+    """The aggregates of joins below the top whose touched groups can be recomputed from inputs
+    looked up by group values the changes bound (``dvm/probes.group_keys_of_changes``): for
+    each, ``(block, the probes -- the group column's item first, by the values --, the
+    (table, column, own) entries whose change values bound the groups)``.  A top-K's aggregate
+    counts its groups instead (``probe_groups``)."""
+    from airflow_trickle.dvm.block import Block
+    from airflow_trickle.dvm.base import operators
+    from airflow_trickle.dvm.probes import group_keys_of_changes, group_probes
+
+    found = []
+    for block in operators(plan.node):
+        if (block is plan.node or block in plan.counted_groups or not isinstance(block, Block)
+                or len(block.items) < 2 or not block.changed(v)):
+            continue
+        chain = group_probes(block, v)
+        origins = group_keys_of_changes(block, v, chain) if chain is not None else None
+        if origins:
+            start = Probe(item=chain.item, source=chain.source, which="", key=chain.key, columns=chain.columns,
+                          by=_GROUPS, by_column=chain.key)
+            found.append((block, (start, *chain.probes), origins))
+    return found
+
+
+def _changed_values(origins, v: Versions, tables: "_Tables", changes: dict) -> pa.Array:
+    """The distinct values of each ``(table, column, is the group column)`` in ``origins`` among
+    its change's rows (a change read already for another term is reused), NULL left out; raises
+    :class:`Stale` when the group column's own change holds a NULL (the NULL group changed)."""
+    arrays = []
+    for source, column, own in origins:
+        cached = next((rows for (name, columns), rows in changes.items() if name == source and column in columns),
+                      None)
+        rows = cached if cached is not None else _change(source, (column,), v, tables, changes)
+        values = rows[column].combine_chunks()
+        if own and values.null_count:
+            raise Stale(f"the change of {source} holds a NULL {column}")
+        arrays.append(values.drop_null().cast(pa.int64()) if pa.types.is_integer(values.type) else values.drop_null())
+    return pc.unique(pa.concat_arrays(arrays))
+
+
+def _changed_probe(term: OuterTerm) -> Probe:
+    """The lookup of an outer term's changed item, by the change's keys (at both versions)."""
+    return Probe(item=term.changed, source=term.source, which="", key=term.key, columns=term.columns,
+                 by=OUTER_KEYS, by_column=term.key)
+
+
+def _probe_outer(term: OuterTerm, v: Versions, tables: "_Tables", arrangements: Arrangements, wanted, ready,
+                 changes) -> tuple[dict, dict[str, pa.Table]]:
+    """An outer term's inputs looked up by the join-key values of its change: the items shared
+    by both sides (item -> (rows, columns)) and the changed item's rows at ``old`` and ``new``."""
+    rows = _change(term.source, term.columns, v, tables, changes)
+    keys = rows[term.key].drop_null()  # a NULL key meets no partner (``OuterTerm``)
+    arranged = _ready(term.source, term.key, tables, arrangements, wanted, ready)
+    if not _comparable(keys.type, arranged.base.schema.field(term.key).type):
+        raise Stale(f"a key of type {keys.type} is not looked up in the arrangement")
+    values = np.asarray(pc.unique(keys).to_numpy(zero_copy_only=False))
+    sides = {which: _probed(arranged, values, v.at(which)[term.source], term.columns) for which in ("old", "new")}
+    shared: dict = {}
+    _follow(term.probes, {OUTER_KEYS: pa.table({term.key: pc.unique(keys.combine_chunks())})}, shared,
+            lambda p: v.at(p.which)[p.source], tables, arrangements, wanted, ready)
+    return shared, sides
+
+
+def _probe_groups_of(g: KeyedDelta, v: Versions, tables: "_Tables", arrangements: Arrangements, wanted, ready,
+                     changes) -> dict[str, pa.Table]:
+    """The rows of ``g``'s table whose group column holds a value of its change, at the old
+    versions (``"old"``) and at the new (``"new"``), and whether the change touched the NULL
+    group (``"nulls"``: the arrangement holds no NULL key, so Spark reads that group's rows);
+    raises :class:`Stale` when the key cannot be looked up exactly."""
+    rows = _change(g.source, g.columns, v, tables, changes)
+    keys = rows[g.key]
+    arranged = _ready(g.source, g.key, tables, arrangements, wanted, ready)
+    if not _comparable(keys.type, arranged.base.schema.field(g.key).type):
+        raise Stale(f"a key of type {keys.type} is not looked up in the arrangement")
+    values = np.asarray(pc.unique(keys.drop_null()).to_numpy(zero_copy_only=False))
+    return {**{which: _probed(arranged, values, v.at(which)[g.source], g.columns) for which in ("old", "new")},
+            "nulls": keys.null_count > 0}
+
+
+def _probed(arranged, values, version: int, columns) -> pa.Table:
+    """The rows of ``arranged`` at ``version`` whose key is among ``values``; raises
+    :class:`Stale` when they are most of the table (:data:`MAX_PROBED_SHARE`)."""
+    found, held = arranged.base_rows_of(values), arranged.base.num_rows
+    if found > PROBED_ROWS_FLOOR and found > MAX_PROBED_SHARE * held:
+        raise Stale(f"{arranged.uri}: {found} of its {held} rows match; a scan is cheaper")
+    return arranged.probe(values, version, list(columns))
 
 
 def _registered(env, relations: dict[int, tuple[pa.Table, tuple[str, ...]]],
@@ -129,6 +373,10 @@ class _Wanted:
     def __init__(self):
         self.columns: dict[tuple[str, str], list[str]] = {}
         self.versions: dict[tuple[str, str], set[int]] = {}
+
+    def add_all(self, probes, versions_of) -> None:
+        for probe in probes:
+            self.add(probe, versions_of(probe))
 
     def add(self, probe: Probe, versions: set[int]) -> None:
         key = (probe.source, probe.key)
@@ -170,37 +418,33 @@ def _large_inputs(probes, tables: _Tables, min_rows: int) -> bool:
             and any(tables.rows(p.source) >= min_rows for p in probes))
 
 
-def _worth_it(term: JoinTerm, tables: _Tables, min_rows: int, report: ProbeReport) -> bool:
-    """Whether a term's probes save a scan: an input it probes is large, and its change small."""
-    if term.source not in tables.locations:
+def _worth_it(source: str, probes, tables: _Tables, min_rows: int, report: ProbeReport) -> bool:
+    """Whether probing saves a scan: the change of ``source`` is readable by delta-rs and an
+    input ``probes`` look up is large."""
+    if source not in tables.locations:
         return False
     try:
-        return _large_inputs(term.probes, tables, min_rows)
+        return _large_inputs(probes, tables, min_rows)
     except Exception as err:  # noqa: BLE001 - unreadable by delta-rs: Spark scans it
-        report.terms.append(f"{term.source} change: scanned ({err})")
+        report.terms.append(f"{source} change: scanned ({err})")
         return False
 
 
-def _probe_term(term: JoinTerm, v: Versions, tables: _Tables, arrangements: Arrangements, wanted, ready,
-                changes) -> dict[int, tuple[pa.Table, tuple[str, ...]]]:
-    """The change of ``term`` and the rows of each input it probes: FROM item -> (rows, columns)."""
-    source = term.source
-    key = (source, term.change_columns)
+def _change(source: str, columns: tuple[str, ...], v: Versions, tables: _Tables, changes: dict) -> pa.Table:
+    """The change of ``source`` over the window (``columns`` and the weight ``W``), read once per
+    refresh by delta-rs; raises :class:`Stale` when it is too large to read into this process."""
+    key = (source, columns)
     if key not in changes:
         from airflow_trickle.storage.deltalog import changed_rows
 
         estimate = changed_rows(tables.locations[source], v.old[source], v.new[source])
         if estimate > MAX_CHANGE_ROWS:  # the commits' metrics say so before anything is read
             raise Stale(f"a change of about {estimate} rows is left to Spark")
-        rows = change_rows(tables.uri(source), v.old[source], v.new[source], list(term.change_columns),
-                           tables.options(source))
+        rows = change_rows(tables.uri(source), v.old[source], v.new[source], list(columns), tables.options(source))
         if rows.num_rows > MAX_CHANGE_ROWS:
             raise Stale(f"a change of {rows.num_rows} rows is left to Spark")
         changes[key] = rows.set_column(rows.schema.get_field_index(WEIGHT), W, rows[WEIGHT].cast(pa.int32()))
-    known: dict[int, pa.Table] = {term.changed: changes[key]}
-    result = {term.changed: (changes[key], term.change_columns)}
-    _follow(term.probes, known, result, lambda p: v.at(p.which)[p.source], tables, arrangements, wanted, ready)
-    return result
+    return changes[key]
 
 
 def _follow(probes, known: dict[int, pa.Table], result: dict, version_of, tables: _Tables,
@@ -215,8 +459,8 @@ def _follow(probes, known: dict[int, pa.Table], result: dict, version_of, tables
         keys = by[p.by_column]
         if not _comparable(keys.type, arranged.base.schema.field(p.key).type):
             continue
-        values = pc.unique(keys.drop_null()).to_numpy(zero_copy_only=False)
-        rows = arranged.probe(np.asarray(values), version_of(p), list(p.columns))
+        values = np.asarray(pc.unique(keys.drop_null()).to_numpy(zero_copy_only=False))
+        rows = _probed(arranged, values, version_of(p), p.columns)
         for item, column, own in p.also:  # the other equalities with rows known by now, exact filters
             if item in known and rows.num_rows and _comparable(known[item][column].type, rows[own].type):
                 rows = rows.filter(pc.is_in(rows[own], value_set=pc.unique(known[item][column].drop_null())

@@ -70,10 +70,10 @@ class Arrangement:
         if key not in columns:
             columns = [key, *columns]
         table = DeltaTable(uri, version=version, storage_options=storage_options)
+        kind = pa.schema(table.schema().to_arrow()).field(key).type  # checked before anything is read
+        if not (pa.types.is_integer(kind) or pa.types.is_date(kind)):
+            raise TypeError(f"{uri}: cannot arrange by {key} of type {kind} (integers and dates only)")
         rows = table.to_pyarrow_dataset().to_table(columns=columns)
-        if not (pa.types.is_integer(rows.schema.field(key).type) or pa.types.is_date(rows.schema.field(key).type)):
-            raise TypeError(f"{uri}: cannot arrange by {key} of type {rows.schema.field(key).type} "
-                            "(integers and dates only)")
         rows = rows.filter(pc.is_valid(rows[key]))
         rows = rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending")])).combine_chunks()
         folder.mkdir(parents=True, exist_ok=True)
@@ -146,6 +146,12 @@ class Arrangement:
         return version == self.version or any(new == version for _, new, _ in self.runs)
 
     # -- probing -------------------------------------------------------------------------------
+
+    def base_rows_of(self, wanted) -> int:
+        """How many rows of the base hold a key among ``wanted`` (two binary searches a key:
+        what a probe would gather, before it does)."""
+        wanted = np.unique(np.asarray(wanted, dtype=self.keys.dtype if self.keys.size else None))
+        return int((np.searchsorted(self.keys, wanted, "right") - np.searchsorted(self.keys, wanted, "left")).sum())
 
     def probe(self, wanted, version: int, columns: list[str] | None = None) -> pa.Table:
         """The table's rows at ``version`` whose key is among ``wanted``: a bag of ``columns``

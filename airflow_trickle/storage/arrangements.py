@@ -65,7 +65,7 @@ class Arrangements:
         able to give each of ``versions``: opened warm, caught up, or built at the oldest of
         them (with the columns it held before as well, for its other readers)."""
         folder = self.folder(uri, key)
-        oldest, newest = min(versions), max(versions)
+        oldest = min(versions)
         held: list[str] = []
         with self._locked(folder):
             try:
@@ -77,7 +77,7 @@ class Arrangements:
             if why is None:
                 before = arranged.latest
                 try:
-                    arranged.catch_up(newest)
+                    _catch_up(arranged, versions)
                 except Stale as err:  # a change feed it cannot read (vacuumed, turned off): rebuilt
                     why = str(err)
                 else:
@@ -97,7 +97,7 @@ class Arrangements:
                         raise
                     arranged = Arrangement.build(folder, uri, key, list(columns), version=oldest,
                                                  storage_options=self.storage_options)
-                arranged.catch_up(newest)
+                _catch_up(arranged, versions)
                 self.build_seconds += time.monotonic() - started
                 self.events.append(f"{uri}: built at {oldest} ({why}) in {time.monotonic() - started:.1f} s, "
                                    f"{arranged.base.num_rows} rows, {arranged.nbytes} bytes")
@@ -176,3 +176,11 @@ class Arrangements:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _catch_up(arranged: Arrangement, versions: set[int]) -> None:
+    """Catch ``arranged`` up to each of ``versions`` newer than it, one run per version asked:
+    a single run to the newest would merge the versions between, and a reader of one of them
+    (another stream table, at an older frontier) would find it not held and rebuild."""
+    for version in sorted(versions):
+        arranged.catch_up(version)

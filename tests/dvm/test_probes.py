@@ -1,6 +1,8 @@
 """Which join inputs a delta term probes, by which keys, and how a probed term renders (no JVM)."""
 from __future__ import annotations
 
+from sqlglot import exp
+
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.dvm.planner import plan
 from airflow_trickle.dvm.probes import join_terms
@@ -60,9 +62,14 @@ def test_a_left_joins_on_restricts_its_right_side_only():
 def test_no_probe_for_a_full_join_a_snapshot_source_or_a_subquery_input():
     assert probes("SELECT o.id, c.id AS c FROM s.o AS o FULL JOIN s.c AS c ON o.cid = c.id", "s.o") == {}
     assert probes("SELECT o.id, c.region FROM s.o AS o JOIN s.c AS c ON o.cid = c.id", "s.o", cdf=False) == {}
-    # the subquery is not a stored table: nothing to look up in it; its own scan is a single input
-    query = ("SELECT o.id, t.n FROM s.o AS o JOIN (SELECT cid, COUNT(*) AS n FROM s.o GROUP BY cid) AS t "
-             "ON o.cid = t.cid")
+    # a subquery that is not an aggregate of one table by the key: nothing to look up in it
+    query = ("SELECT o.id, t.n FROM s.o AS o JOIN (SELECT o.cid, COUNT(*) AS n FROM s.o AS o JOIN s.c AS c "
+             "ON o.cid = c.id GROUP BY o.cid) AS t ON o.cid = t.cid")
+    node = plan(query, COLUMNS)
+    # (the subquery's own join is probed inside it; the outer block is not)
+    assert [t.block for t in join_terms(node, versions("s.o"))] == [node.items[1][1]]
+    query = ("SELECT o.id, t.n FROM s.o AS o JOIN (SELECT cid + 1 AS k, COUNT(*) AS n FROM s.o GROUP BY cid + 1) AS t "
+             "ON o.cid = t.k")
     assert probes(query, "s.o") == {}
 
 
@@ -90,3 +97,170 @@ def test_a_second_equality_with_a_known_input_filters_what_the_first_found():
     query = "SELECT o.id, c.region FROM s.o AS o, s.c AS c WHERE o.cid = c.id AND o.amount = c.nation"
     term = join_terms(plan(query, COLUMNS), versions("s.o"))[0]
     assert [(p.key, p.by_column, p.also) for p in term.probes] == [("id", "cid", ((0, "amount", "nation"),))]
+
+
+EXISTS = ("SELECT c.region, COUNT(*) AS n FROM s.c AS c WHERE EXISTS "
+          "(SELECT 1 FROM s.o AS o WHERE o.cid = c.id AND o.amount > 5) GROUP BY c.region")
+
+
+def qualified(query: str) -> str:
+    """``query`` qualified and its subqueries unnested, as a stream table's definition is."""
+    from sqlglot.optimizer.qualify import qualify
+
+    from airflow_trickle.sql.parse import parse_query
+
+    schema = {"s": {t.split(".")[1]: {c: "int" for c in cols} for t, cols in COLUMNS.items()}}
+    return qualify(parse_query(query), schema=schema, dialect=DIALECT).sql(DIALECT)
+
+
+def test_an_aggregate_of_one_table_joined_by_its_group_key_is_probed_through_the_table():
+    from airflow_trickle.dvm.probes import keyed_deltas
+
+    node = plan(qualified(EXISTS), COLUMNS)
+    terms = {t.source: t for t in join_terms(node, versions("s.o", "s.c"))}
+    # c's change looks up o by cid (the subquery's group column), with what the subquery reads
+    c_term = terms["s.c"]
+    assert [(p.source, p.key, p.by_column, p.which, p.columns) for p in c_term.probes] == [
+        ("s.o", "cid", "id", "old", ("amount", "cid"))]
+    assert not c_term.aggregated
+    # o's change reaches the block through the aggregate: its change rows give the keys c is
+    # probed by (at the new version: c comes first)
+    o_term = terms["s.o"]
+    assert o_term.aggregated and o_term.change_columns == ("amount", "cid")
+    assert [(p.source, p.key, p.by_column, p.which) for p in o_term.probes] == [("s.c", "id", "cid", "new")]
+    # and the aggregate's own touched groups are recomputed from o probed by the change's cids
+    [grouped] = keyed_deltas(node, versions("s.o"))
+    assert (grouped.source, grouped.key, grouped.columns) == ("s.o", "cid", ("amount", "cid"))
+    assert keyed_deltas(node, versions("s.c")) == ()  # o did not change: its aggregate has no delta
+
+
+def test_a_probed_aggregate_renders_as_the_aggregate_of_the_rows_found():
+    from airflow_trickle.dvm.probes import keyed_deltas
+
+    node = plan(qualified(EXISTS), COLUMNS)
+    v = versions("s.o", "s.c")
+    c_term = next(t for t in join_terms(node, v) if t.source == "s.c")
+    o_term = next(t for t in join_terms(node, v) if t.source == "s.o")
+    [grouped] = keyed_deltas(node, v)
+    bound = (v.bind(c_term.block, f"probed {c_term.changed}", {0: ("__trickle_probed_dc", ("id", "region")),
+                                                               1: ("__trickle_probed_o", ("amount", "cid"))})
+              .bind(o_term.block, f"probed {o_term.changed}", {0: ("__trickle_probed_c", ("id", "region"))})
+              .bind(grouped.block, "groups old", {0: ("__trickle_probed_o_old", ("amount", "cid"))})
+              .bind(grouped.block, "groups new", {0: ("__trickle_probed_o_new", ("amount", "cid"))}))
+    # the top COUNT is applied from its input's delta (``dvm/algebraic.py``)
+    region = [exp.column("region", table="c", quoted=True)]
+    sql, plain = node.input_delta_sql(bound, region), node.input_delta_sql(v, region)
+    for view in ("__trickle_probed_dc", "__trickle_probed_o", "__trickle_probed_c", "__trickle_probed_o_old",
+                 "__trickle_probed_o_new"):
+        assert view in sql, view
+    # no stored version of o is read any more, where the plain delta reads it at both versions
+    assert "`s`.`o` VERSION AS OF" in plain and "`s`.`o` VERSION AS OF" not in sql
+    # the aggregate's own change (o's term) is its delta, not o's change rows
+    assert "TABLE_CHANGES('s.o'" in sql
+
+
+def test_an_aggregate_not_grouped_by_plain_columns_of_one_table_is_not_probed():
+    from airflow_trickle.dvm.probes import keyed
+
+    assert keyed(plan("SELECT o.cid + 1 AS k, COUNT(*) AS n FROM s.o AS o GROUP BY o.cid + 1", COLUMNS)) is None
+    assert keyed(plan("SELECT COUNT(*) AS n FROM s.o AS o", COLUMNS)) is None  # no group
+    two = plan("SELECT o.cid, COUNT(*) AS n FROM s.o AS o JOIN s.c AS c ON o.cid = c.id GROUP BY o.cid", COLUMNS)
+    assert keyed(two) is None  # two tables: a group holds rows of both
+
+
+def exists_groups_probed():
+    """:data:`EXISTS`'s subquery aggregate when o changed, and versions with its touched groups'
+    rows bound at both sides, as a refresh binds them."""
+    from airflow_trickle.dvm.probes import keyed_deltas
+
+    v = versions("s.o")
+    [grouped] = keyed_deltas(plan(qualified(EXISTS), COLUMNS), v)
+    return grouped, (v.bind(grouped.block, "groups old", {0: ("__trickle_probed_o_old", ("amount", "cid"))})
+                      .bind(grouped.block, "groups new", {0: ("__trickle_probed_o_new", ("amount", "cid"))}))
+
+
+def test_the_null_group_of_a_probed_aggregate_is_read_from_its_table():
+    grouped, probed = exists_groups_probed()
+    without = grouped.block.delta(probed).sql(DIALECT)
+    assert "VERSION AS OF" not in without
+    with_nulls = grouped.block.delta(probed.bind(grouped.block, "groups nulls", "cid")).sql(DIALECT)
+    # each side: the rows found, plus the table's rows of the NULL group at that side's version
+    for view, version in (("__trickle_probed_o_old", 3), ("__trickle_probed_o_new", 5)):
+        assert (f"SELECT `amount`, `cid` FROM {view} UNION ALL SELECT `amount`, `cid` FROM (SELECT `id`, `cid`, "
+                f"`amount`, `day` FROM `s`.`o` VERSION AS OF {version}) AS __nulls WHERE `cid` IS NULL") in with_nulls
+
+
+def test_an_outer_terms_inputs_are_probed_by_the_changes_join_keys():
+    from airflow_trickle.dvm.probes import OUTER_KEYS, outer_terms
+
+    query = qualified("SELECT c.region, o.amount FROM s.c AS c LEFT JOIN s.o AS o ON c.id = o.cid "
+                      "JOIN s.n AS n ON n.nation = c.nation")
+    node = plan(query, COLUMNS)
+    v = versions("s.o")
+    [term] = outer_terms(node, v)
+    # o's change: its rows and c's, by the change's cids; n reached from c (read at the old version)
+    assert (term.changed, term.source, term.key, term.columns) == (1, "s.o", "cid", ("amount", "cid"))
+    assert [(p.item, p.source, p.key, p.by, p.by_column, p.which) for p in term.probes] == [
+        (0, "s.c", "id", OUTER_KEYS, "cid", "new"), (2, "s.n", "nation", 0, "nation", "old")]
+    bound = (v.bind(term.block, "outer 1", {0: ("__trickle_probed_c", ("id", "nation", "region")),
+                                            2: ("__trickle_probed_n", ("nation",))})
+              .bind(term.block, "outer 1 old", {1: ("__trickle_probed_o_old", ("amount", "cid"))})
+              .bind(term.block, "outer 1 new", {1: ("__trickle_probed_o_new", ("amount", "cid"))}))
+    sql, plain = node.delta(bound).sql(DIALECT), node.delta(v).sql(DIALECT)
+    assert "VERSION AS OF" in plain and "VERSION AS OF" not in sql
+    for view in ("__trickle_probed_c", "__trickle_probed_n", "__trickle_probed_o_old", "__trickle_probed_o_new"):
+        assert view in sql, view
+    # the change's keys still restrict both sides (the rows found are a superset of them)
+    assert sql.count("LEFT SEMI JOIN") == plain.count("LEFT SEMI JOIN") > 0
+    # a change of c, the preserved side, is a linear term: no outer term
+    assert outer_terms(node, versions("s.c")) == ()
+
+
+def test_the_groups_an_aggregate_of_a_join_touches_are_bounded_by_the_changes_keys():
+    from airflow_trickle.dvm.probes import group_keys_of_changes, group_probes
+
+    inner = ("SELECT c.id, COUNT(o.id) AS n FROM s.c AS c LEFT JOIN s.o AS o ON c.id = o.cid "
+             "JOIN s.n AS n ON n.nation = c.nation GROUP BY c.id")
+    node = plan(qualified(f"SELECT n, COUNT(*) AS k FROM ({inner}) AS t GROUP BY n"), COLUMNS)
+    block = node.items[0][1]
+    chain = group_probes(block, versions("s.o"))
+    assert (chain.source, chain.key) == ("s.c", "id")
+    # o, the LEFT join's null-supplying side: its cids; c, the group column's own table: its ids
+    assert group_keys_of_changes(block, versions("s.o"), chain) == (("s.o", "cid", False),)
+    assert group_keys_of_changes(block, versions("s.o", "s.c"), chain) == (("s.c", "id", True), ("s.o", "cid", False))
+    # n is joined to c by another column: its change can touch any group
+    assert group_keys_of_changes(block, versions("s.n"), chain) is None
+    # an inner equality with the group column bounds it too
+    by_where = plan(qualified("SELECT c.id, SUM(o.amount) AS s FROM s.c AS c, s.o AS o WHERE o.cid = c.id "
+                              "GROUP BY c.id"), COLUMNS)
+    assert group_keys_of_changes(by_where, versions("s.o"), group_probes(by_where, versions("s.o"))) == (
+        ("s.o", "cid", False),)
+
+
+def test_a_change_read_once_is_what_every_scan_of_it_reads():
+    from airflow_trickle.dvm.base import operators
+    from airflow_trickle.dvm.scan import Scan
+
+    node = plan(qualified(EXISTS), COLUMNS)
+    v = versions("s.o", "s.c")
+    plain = node.input_delta_sql(v, [exp.column("region", table="c", quoted=True)])
+    read = v
+    for scan in operators(node):
+        if isinstance(scan, Scan) and scan.name == "s.o":
+            read = read.bind(scan, "change", "__trickle_change_o")
+    sql = node.input_delta_sql(read, [exp.column("region", table="c", quoted=True)])
+    # o's change feed was read at each use; now each use reads the one view
+    assert plain.count("TABLE_CHANGES('s.o'") >= 2 and "TABLE_CHANGES('s.o'" not in sql
+    assert sql.count("FROM __trickle_change_o") == plain.count("TABLE_CHANGES('s.o'")
+    assert sql.count("TABLE_CHANGES('s.c'") == plain.count("TABLE_CHANGES('s.c'") > 0
+
+
+def test_groups_looked_up_by_the_changes_keys_are_recomputed_without_the_input_delta():
+    grouped, probed = exists_groups_probed()
+    filtered = grouped.block.delta(probed).sql(DIALECT)
+    whole = grouped.block.delta(probed.bind(grouped.block, "groups whole", True)).sql(DIALECT)
+    # K, the groups the input delta touches, filters each side -- unless the rows looked up hold
+    # exactly the groups of the change's keys: then each side is the aggregate of its rows
+    assert "XXHASH64" in filtered and "TABLE_CHANGES('s.o'" in filtered
+    assert "XXHASH64" not in whole and "TABLE_CHANGES" not in whole
+    assert whole.count("__trickle_probed_o_old") == whole.count("__trickle_probed_o_new") == 1

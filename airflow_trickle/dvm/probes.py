@@ -16,6 +16,16 @@ of a LEFT [OUTER|SEMI|ANTI] join restricts only its right side (a left row witho
 is still output); blocks with a FULL join are left alone.  Only ``=`` qualifies (``<=>`` would
 match NULL keys, which an arrangement leaves out).
 
+Beyond a join's linear terms, the same lookups serve:
+
+* an input that is an aggregate of one table grouped by the column looked up (:func:`keyed`:
+  a subquery the optimizer made a join), looked up through that table;
+* such an aggregate's own touched groups, recomputed from its table's rows of the change's
+  keys (:func:`keyed_deltas`), and those of an aggregate of a join whose group values the
+  changes' keys bound (:func:`group_keys_of_changes`);
+* the term of a LEFT join's null-supplying side (:func:`outer_terms`), recomputed for the
+  change's join keys from both sides looked up by them.
+
     >>> from airflow_trickle.dvm.planner import plan
     >>> cols = {"s.o": ["ok", "ck", "d"], "s.l": ["ok", "q", "x"], "s.c": ["ck", "n"]}
     >>> node = plan("SELECT c.n, SUM(l.q) AS q FROM s.o AS o, s.l AS l, s.c AS c "

@@ -44,6 +44,10 @@ MAX_CHANGE_ROWS = 2_000_000
 #: cost some microseconds each, a scan a fraction of one (TPC-H q17 at SF 1: 360k of lineitem's
 #: 6M rows found, three times, made the commit 9 s against a 3 s recompute).
 MAX_PROBED_SHARE, PROBED_ROWS_FLOOR = 0.05, 100_000
+#: Rows a lookup may gather before further equalities filter them: any (TPC-H q9 at SF 3 looks
+#: ``partsupp`` up by the change's suppliers -- 1.45M of its 2.4M rows, gathered in Arrow in
+#: well under a second -- and keeps the 18k of its parts).
+MAX_GATHERED_SHARE = 1.0
 #: The pseudo FROM item whose rows are an aggregate's touched groups (:func:`probe_groups`).
 _GROUPS = -1
 
@@ -344,13 +348,20 @@ def _probe_groups_of(g: KeyedDelta, v: Versions, tables: "_Tables", arrangements
             "nulls": keys.null_count > 0}
 
 
-def _probed(arranged, values, version: int, columns) -> pa.Table:
+def _probed(arranged, values, version: int, columns, share: float = MAX_PROBED_SHARE) -> pa.Table:
     """The rows of ``arranged`` at ``version`` whose key is among ``values``; raises
-    :class:`Stale` when they are most of the table (:data:`MAX_PROBED_SHARE`)."""
-    found, held = arranged.base_rows_of(values), arranged.base.num_rows
-    if found > PROBED_ROWS_FLOOR and found > MAX_PROBED_SHARE * held:
-        raise Stale(f"{arranged.uri}: {found} of its {held} rows match; a scan is cheaper")
+    :class:`Stale`, before gathering them, when they are more than ``share`` of the table (and
+    more than :data:`PROBED_ROWS_FLOOR`): what goes to Spark as is may be 5%
+    (:data:`MAX_PROBED_SHARE`); what further equalities filter first, any share
+    (:data:`MAX_GATHERED_SHARE`: gathering in Arrow is cheap)."""
+    _check_share(arranged, arranged.base_rows_of(values), share)
     return arranged.probe(values, version, list(columns))
+
+
+def _check_share(arranged, rows: int, share: float) -> None:
+    held = arranged.base.num_rows
+    if rows > PROBED_ROWS_FLOOR and rows > share * held:
+        raise Stale(f"{arranged.uri}: {rows} of its {held} rows match; a scan is cheaper")
 
 
 def _registered(env, relations: dict[int, tuple[pa.Table, tuple[str, ...]]],
@@ -460,11 +471,12 @@ def _follow(probes, known: dict[int, pa.Table], result: dict, version_of, tables
         if not _comparable(keys.type, arranged.base.schema.field(p.key).type):
             continue
         values = np.asarray(pc.unique(keys.drop_null()).to_numpy(zero_copy_only=False))
-        rows = _probed(arranged, values, version_of(p), p.columns)
+        rows = _probed(arranged, values, version_of(p), p.columns, MAX_GATHERED_SHARE if p.also else MAX_PROBED_SHARE)
         for item, column, own in p.also:  # the other equalities with rows known by now, exact filters
             if item in known and rows.num_rows and _comparable(known[item][column].type, rows[own].type):
                 rows = rows.filter(pc.is_in(rows[own], value_set=pc.unique(known[item][column].drop_null())
                                             .cast(rows[own].type)))
+        _check_share(arranged, rows.num_rows, MAX_PROBED_SHARE)
         known[p.item] = rows
         result[p.item] = (rows, p.columns)
 

@@ -129,27 +129,26 @@ def outer_terms(node: Node, v: Versions) -> tuple[OuterTerm, ...]:
             step = block.step(i)
             stored = _stored_columns(item)
             if step.kind is not JoinKind.LEFT or stored is None or not item.changed(v) \
-                    or not v.use_cdf.get(stored[0], True):
+                    or not v.use_cdf.get(stored.table, True):
                 continue
             equal = _plain_equalities(block.template.args["joins"][i - 1].args.get("on"))
             pair = next(((o, k) for o, k in zip(step.outer_keys, step.item_keys)
                          if isinstance(k, exp.Column) and k.table == alias
-                         and (stored[1] is None or k.name in stored[1]) and _pair_sql(o, k) in equal), None)
+                         and stored.column(k.name) is not None and _pair_sql(o, k) in equal), None)
             if pair is None:
                 continue
             outer, own = pair
-            key = own.name if stored[1] is None else stored[1][own.name]
-            columns = stored[2] or tuple(sorted(used[alias]))
+            key = stored.column(own.name)
             probes = []
             j = aliases.index(outer.table) if isinstance(outer, exp.Column) and outer.table in aliases else None
             held = _stored_columns(block.items[j][1]) if j is not None else None
-            if held is not None and (held[1] is None or outer.name in held[1]):
-                probes.append(Probe(item=j, source=held[0], which="new" if j < i else "old",
-                                    key=outer.name if held[1] is None else held[1][outer.name],
-                                    columns=held[2] or tuple(sorted(used[aliases[j]])), by=OUTER_KEYS, by_column=key))
+            if held is not None and held.column(outer.name) is not None:
+                probes.append(Probe(item=j, source=held.table, which="new" if j < i else "old",
+                                    key=held.column(outer.name), columns=held.columns(used[aliases[j]]),
+                                    by=OUTER_KEYS, by_column=key))
                 probes += _walk(block, j, used, equalities, lambda n: "new" if n < i else "old", blocked={i})
-            found.append(OuterTerm(block=block, changed=i, source=stored[0], key=key, columns=columns,
-                                   probes=tuple(probes)))
+            found.append(OuterTerm(block=block, changed=i, source=stored.table, key=key,
+                                   columns=stored.columns(used[alias]), probes=tuple(probes)))
     return tuple(found)
 
 
@@ -359,7 +358,7 @@ def group_keys_of_changes(block, v: Versions, chain: GroupProbe) -> tuple[tuple[
         stored = _stored_columns(node)
         if not node.changed(v):
             continue
-        if stored is None or not v.use_cdf.get(stored[0], True):
+        if stored is None or not v.use_cdf.get(stored.table, True):
             return None
         candidates = []
         if i == chain.item:
@@ -376,11 +375,10 @@ def group_keys_of_changes(block, v: Versions, chain: GroupProbe) -> tuple[tuple[
             candidates += [k.name for o, k in zip(step.outer_keys, step.item_keys)
                            if isinstance(o, exp.Column) and o.table == group_alias and o.name == chain.key
                            and isinstance(k, exp.Column) and k.table == alias and _pair_sql(o, k) in equal]
-        column = next((c if stored[1] is None else stored[1].get(c) for c in candidates
-                       if stored[1] is None or c in stored[1]), None)
+        column = next((stored.column(c) for c in candidates if stored.column(c) is not None), None)
         if column is None:
             return None
-        found.append((stored[0], column, i == chain.item))
+        found.append((stored.table, column, i == chain.item))
     return tuple(dict.fromkeys(found)) or None
 
 
@@ -393,11 +391,10 @@ def _walk(block, start: int, used: dict[str, set[str]], equalities, which, block
     a filter on them, names the table's column too.  ``blocked`` items are neither probed nor
     give keys (an outer term probes its changed item apart, once per version)."""
     aliases = [alias for alias, _ in block.items]
-    stored = [_stored_columns(node) for _, node in block.items]  # item -> its column -> the table's
+    stored = [_stored_columns(node) for _, node in block.items]
 
     def column_of(item: int, column: str) -> str | None:
-        found = stored[item]
-        return None if found is None else column if found[1] is None else found[1].get(column)
+        return stored[item].column(column) if stored[item] else None
 
     known, probes = {start}, []
     progress = True
@@ -410,7 +407,7 @@ def _walk(block, start: int, used: dict[str, set[str]], equalities, which, block
             key, by_column = column_of(item, column), column_of(known_item, known_column)
             if key is None or by_column is None:
                 continue
-            source, held = stored[item][0], stored[item][2] or tuple(sorted(used[aliases[item]]))
+            source, held = stored[item].table, stored[item].columns(used[aliases[item]])
             also = tuple(dict.fromkeys((k, column_of(k, kc), column_of(item, c)) for k, kc, j, c in equalities
                                        if j == item and k in known and k not in blocked
                                        and (k, kc, c) != (known_item, known_column, column)
@@ -422,17 +419,33 @@ def _walk(block, start: int, used: dict[str, set[str]], equalities, which, block
     return probes
 
 
-def _stored_columns(node: Node) -> tuple[str, dict, tuple[str, ...] | None] | None:
-    """How a FROM item's rows come from one stored table: ``(table, the item's column -> the
-    table's, the table's columns to read)`` -- for a scan every column is itself and its
-    columns are those the block reads (both None here), for a :func:`keyed` aggregate its
-    group columns and what it reads; None for any other item."""
+@dataclass(frozen=True)
+class _Stored:
+    """How a FROM item's rows come from one stored table: a scan's columns are the table's
+    own, a :func:`keyed` aggregate's group columns name the table's columns they are."""
+
+    table: str
+    renamed: dict[str, str] | None  # the item's column -> the table's (None: every column is itself)
+    reads: tuple[str, ...] | None  # the table's columns to read (None: those the block reads)
+
+    def column(self, name: str) -> str | None:
+        """The table's column the item's column ``name`` is; None when it is none of them."""
+        return name if self.renamed is None else self.renamed.get(name)
+
+    def columns(self, used: set[str]) -> tuple[str, ...]:
+        """The table's columns a lookup reads, ``used`` being what the block reads of the item."""
+        return self.reads or tuple(sorted(used))
+
+
+def _stored_columns(node: Node) -> _Stored | None:
+    """How ``node``'s rows come from one stored table (:class:`_Stored`); None for an item
+    that is neither a scan nor a :func:`keyed` aggregate."""
     from airflow_trickle.dvm.scan import Scan
 
     if isinstance(node, Scan):
-        return node.name, None, None
+        return _Stored(node.name, None, None)
     item = keyed(node)
-    return (item.scan.name, item.keys, item.columns) if item else None
+    return _Stored(item.scan.name, item.keys, item.columns) if item else None
 
 
 def _columns_by_alias(template: exp.Select, aliases: list[str]) -> dict[str, set[str]]:

@@ -44,10 +44,6 @@ MAX_CHANGE_ROWS = 2_000_000
 #: cost some microseconds each, a scan a fraction of one (TPC-H q17 at SF 1: 360k of lineitem's
 #: 6M rows found, three times, made the commit 9 s against a 3 s recompute).
 MAX_PROBED_SHARE, PROBED_ROWS_FLOOR = 0.05, 100_000
-#: Rows a lookup may gather before further equalities filter them: any (TPC-H q9 at SF 3 looks
-#: ``partsupp`` up by the change's suppliers -- 1.45M of its 2.4M rows, gathered in Arrow in
-#: well under a second -- and keeps the 18k of its parts).
-MAX_GATHERED_SHARE = 1.0
 #: The pseudo FROM item whose rows are an aggregate's touched groups (:func:`probe_groups`).
 _GROUPS = -1
 
@@ -295,14 +291,11 @@ def _changed_group_chains(plan, v: Versions) -> list[tuple]:
 
 def _changed_values(origins, v: Versions, tables: "_Tables", changes: dict) -> pa.Array:
     """The distinct values of each ``(table, column, is the group column)`` in ``origins`` among
-    its change's rows (a change read already for another term is reused), NULL left out; raises
+    its change's rows, NULL left out; raises
     :class:`Stale` when the group column's own change holds a NULL (the NULL group changed)."""
     arrays = []
     for source, column, own in origins:
-        cached = next((rows for (name, columns), rows in changes.items() if name == source and column in columns),
-                      None)
-        rows = cached if cached is not None else _change(source, (column,), v, tables, changes)
-        values = rows[column].combine_chunks()
+        values = _change(source, (column,), v, tables, changes)[column].combine_chunks()
         if own and values.null_count:
             raise Stale(f"the change of {source} holds a NULL {column}")
         arrays.append(values.drop_null().cast(pa.int64()) if pa.types.is_integer(values.type) else values.drop_null())
@@ -319,13 +312,8 @@ def _probe_outer(term: OuterTerm, v: Versions, tables: "_Tables", arrangements: 
                  changes) -> tuple[dict, dict[str, pa.Table]]:
     """An outer term's inputs looked up by the join-key values of its change: the items shared
     by both sides (item -> (rows, columns)) and the changed item's rows at ``old`` and ``new``."""
-    rows = _change(term.source, term.columns, v, tables, changes)
-    keys = rows[term.key].drop_null()  # a NULL key meets no partner (``OuterTerm``)
-    arranged = _ready(term.source, term.key, tables, arrangements, wanted, ready)
-    if not _comparable(keys.type, arranged.base.schema.field(term.key).type):
-        raise Stale(f"a key of type {keys.type} is not looked up in the arrangement")
-    values = np.asarray(pc.unique(keys).to_numpy(zero_copy_only=False))
-    sides = {which: _probed(arranged, values, v.at(which)[term.source], term.columns) for which in ("old", "new")}
+    keys = _change(term.source, term.columns, v, tables, changes)[term.key].drop_null()  # meets no partner
+    sides = _both_sides(term.source, term.key, term.columns, keys, v, tables, arrangements, wanted, ready)
     shared: dict = {}
     _follow(term.probes, {OUTER_KEYS: pa.table({term.key: pc.unique(keys.combine_chunks())})}, shared,
             lambda p: v.at(p.which)[p.source], tables, arrangements, wanted, ready)
@@ -336,31 +324,34 @@ def _probe_groups_of(g: KeyedDelta, v: Versions, tables: "_Tables", arrangements
                      changes) -> dict[str, pa.Table]:
     """The rows of ``g``'s table whose group column holds a value of its change, at the old
     versions (``"old"``) and at the new (``"new"``), and whether the change touched the NULL
-    group (``"nulls"``: the arrangement holds no NULL key, so Spark reads that group's rows);
-    raises :class:`Stale` when the key cannot be looked up exactly."""
-    rows = _change(g.source, g.columns, v, tables, changes)
-    keys = rows[g.key]
-    arranged = _ready(g.source, g.key, tables, arrangements, wanted, ready)
-    if not _comparable(keys.type, arranged.base.schema.field(g.key).type):
+    group (``"nulls"``: the arrangement holds no NULL key, so Spark reads that group's rows)."""
+    keys = _change(g.source, g.columns, v, tables, changes)[g.key]
+    sides = _both_sides(g.source, g.key, g.columns, keys.drop_null(), v, tables, arrangements, wanted, ready)
+    return {**sides, "nulls": keys.null_count > 0}
+
+
+def _both_sides(source: str, key: str, columns, keys, v: Versions, tables: "_Tables", arrangements: Arrangements,
+                wanted, ready) -> dict[str, pa.Table]:
+    """The rows of ``source`` whose ``key`` is among ``keys`` (no NULL), at the old versions and
+    at the new; raises :class:`Stale` when the keys cannot be looked up exactly."""
+    arranged = _ready(source, key, tables, arrangements, wanted, ready)
+    if not _comparable(keys.type, arranged.base.schema.field(key).type):
         raise Stale(f"a key of type {keys.type} is not looked up in the arrangement")
-    values = np.asarray(pc.unique(keys.drop_null()).to_numpy(zero_copy_only=False))
-    return {**{which: _probed(arranged, values, v.at(which)[g.source], g.columns) for which in ("old", "new")},
-            "nulls": keys.null_count > 0}
+    values = np.asarray(pc.unique(keys).to_numpy(zero_copy_only=False))
+    return {which: _probed(arranged, values, v.at(which)[source], columns) for which in ("old", "new")}
 
 
-def _probed(arranged, values, version: int, columns, share: float = MAX_PROBED_SHARE) -> pa.Table:
+def _probed(arranged, values, version: int, columns) -> pa.Table:
     """The rows of ``arranged`` at ``version`` whose key is among ``values``; raises
-    :class:`Stale`, before gathering them, when they are more than ``share`` of the table (and
-    more than :data:`PROBED_ROWS_FLOOR`): what goes to Spark as is may be 5%
-    (:data:`MAX_PROBED_SHARE`); what further equalities filter first, any share
-    (:data:`MAX_GATHERED_SHARE`: gathering in Arrow is cheap)."""
-    _check_share(arranged, arranged.base_rows_of(values), share)
+    :class:`Stale`, before gathering them, when they are more than :data:`MAX_PROBED_SHARE` of
+    the table (and more than :data:`PROBED_ROWS_FLOOR`)."""
+    _check_share(arranged, arranged.base_rows_of(values))
     return arranged.probe(values, version, list(columns))
 
 
-def _check_share(arranged, rows: int, share: float) -> None:
+def _check_share(arranged, rows: int) -> None:
     held = arranged.base.num_rows
-    if rows > PROBED_ROWS_FLOOR and rows > share * held:
+    if rows > PROBED_ROWS_FLOOR and rows > MAX_PROBED_SHARE * held:
         raise Stale(f"{arranged.uri}: {rows} of its {held} rows match; a scan is cheaper")
 
 
@@ -443,8 +434,13 @@ def _worth_it(source: str, probes, tables: _Tables, min_rows: int, report: Probe
 
 def _change(source: str, columns: tuple[str, ...], v: Versions, tables: _Tables, changes: dict) -> pa.Table:
     """The change of ``source`` over the window (``columns`` and the weight ``W``), read once per
-    refresh by delta-rs; raises :class:`Stale` when it is too large to read into this process."""
+    refresh by delta-rs (a read of more of its columns serves a read of fewer); raises
+    :class:`Stale` when it is too large to read into this process."""
     key = (source, columns)
+    wider = next((rows for (name, held), rows in changes.items() if name == source and set(columns) <= set(held)),
+                 None)
+    if key not in changes and wider is not None:  # read already with these columns among others
+        changes[key] = wider.select([*columns, W])
     if key not in changes:
         from airflow_trickle.storage.deltalog import changed_rows
 
@@ -471,12 +467,16 @@ def _follow(probes, known: dict[int, pa.Table], result: dict, version_of, tables
         if not _comparable(keys.type, arranged.base.schema.field(p.key).type):
             continue
         values = np.asarray(pc.unique(keys.drop_null()).to_numpy(zero_copy_only=False))
-        rows = _probed(arranged, values, version_of(p), p.columns, MAX_GATHERED_SHARE if p.also else MAX_PROBED_SHARE)
+        # what further equalities filter is gathered whatever its share -- in Arrow that is cheap
+        # (TPC-H q9 at SF 3 looks ``partsupp`` up by the change's suppliers, 1.45M of its 2.4M rows,
+        # and keeps the 18k of the change's parts) -- and checked once filtered
+        rows = (arranged.probe(values, version_of(p), list(p.columns)) if p.also
+                else _probed(arranged, values, version_of(p), p.columns))
         for item, column, own in p.also:  # the other equalities with rows known by now, exact filters
             if item in known and rows.num_rows and _comparable(known[item][column].type, rows[own].type):
                 rows = rows.filter(pc.is_in(rows[own], value_set=pc.unique(known[item][column].drop_null())
                                             .cast(rows[own].type)))
-        _check_share(arranged, rows.num_rows, MAX_PROBED_SHARE)
+        _check_share(arranged, rows.num_rows)
         known[p.item] = rows
         result[p.item] = (rows, p.columns)
 

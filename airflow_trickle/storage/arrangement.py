@@ -150,8 +150,13 @@ class Arrangement:
     def base_rows_of(self, wanted) -> int:
         """How many rows of the base hold a key among ``wanted`` (two binary searches a key:
         what a probe would gather, before it does)."""
+        return int(self._spans(wanted)[2].sum())
+
+    def _spans(self, wanted):
+        """``(wanted keys, distinct; where each one's rows start in the base; how many)``."""
         wanted = np.unique(np.asarray(wanted, dtype=self.keys.dtype if self.keys.size else None))
-        return int((np.searchsorted(self.keys, wanted, "right") - np.searchsorted(self.keys, wanted, "left")).sum())
+        low = np.searchsorted(self.keys, wanted, "left")
+        return wanted, low, np.searchsorted(self.keys, wanted, "right") - low
 
     def probe(self, wanted, version: int, columns: list[str] | None = None) -> pa.Table:
         """The table's rows at ``version`` whose key is among ``wanted``: a bag of ``columns``
@@ -161,9 +166,7 @@ class Arrangement:
             raise Stale(f"{self.uri}: arranged at {self.version} with runs to {self.latest}; "
                         f"version {version} asked")
         columns = list(columns or self.columns)
-        wanted = np.unique(np.asarray(wanted, dtype=self.keys.dtype if self.keys.size else None))
-        low = np.searchsorted(self.keys, wanted, "left")
-        lengths = np.searchsorted(self.keys, wanted, "right") - low
+        wanted, low, lengths = self._spans(wanted)
         total = int(lengths.sum())
         starts = np.repeat(low - np.cumsum(lengths) + lengths, lengths)
         base = self.base.select(columns)

@@ -24,6 +24,7 @@ from airflow_trickle.refresh.failures import (
     is_change_feed_unavailable,
     is_evaluation_error,
     is_retryable,
+    short,
     with_retries,
 )
 
@@ -102,6 +103,26 @@ def test_a_cause_carries_its_condition_to_the_wrapper():
             raise RuntimeError("the MERGE failed") from inner
     except RuntimeError as outer:
         assert is_retryable(outer)
+
+
+def test_a_failed_write_task_is_reported_with_the_error_that_failed_it():
+    """A FULL refresh that writes its rows without a shuffle first evaluates the query in the
+    write task: Spark reports TASK_WRITE_FAILED, and the message names what failed it, from the
+    cause pyspark attached or from the JVM's rendering of it."""
+    task = "[TASK_WRITE_FAILED] Task failed while writing rows to file:/w/t. SQLSTATE: 58030"
+    try:
+        try:
+            raise SparkError("[DIVIDE_BY_ZERO] Division by zero. SQLSTATE: 22012", "DIVIDE_BY_ZERO")
+        except SparkError as inner:
+            raise SparkError(task, "TASK_WRITE_FAILED") from inner
+    except SparkError as outer:
+        assert short(outer) == f"{task}: [DIVIDE_BY_ZERO] Division by zero. SQLSTATE: 22012"
+    rendered = SparkError(f"{task}\n\tat org.apache.spark...\nCaused by: org.apache.spark.SparkArithmeticException: "
+                          "[DIVIDE_BY_ZERO] Division by zero.\n\tat ...", "TASK_WRITE_FAILED")
+    assert short(rendered) == f"{task}: [DIVIDE_BY_ZERO] Division by zero."
+    assert short(SparkError(f"{task}\n\tat ...", "TASK_WRITE_FAILED")) == task  # no cause to add
+    assert short(SparkError("[DIVIDE_BY_ZERO] Division by zero.\n\tat ...", "DIVIDE_BY_ZERO")) == (
+        "[DIVIDE_BY_ZERO] Division by zero.")
 
 
 def test_with_retries_retries_only_what_is_retryable():

@@ -318,7 +318,22 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
     """Small changes are committed by delta-rs (Spark resolves the MERGE, delta-rs applies it);
     with ``local_commit_max_rows = 0`` Spark's MERGE commits them.  Same sources, same changes
     (inserts, deletes, updates, NULL keys, duplicates, a group that vanishes and comes back):
-    both tables equal their query, and their commits' change feeds hold the same rows."""
+    every table equals its query, and their commits' change feeds hold the same rows.  delta-rs
+    reads the stored rows two ways: the whole (small) table, or only the rows the change's keys
+    name -- for the bag table, whose change rows read its stored copies, those keys are computed
+    first (``resolve_reading_stored_rows``)."""
+    from airflow_trickle.refresh import local_merge
+
+    reads = set()  # (storage folder, shipped whole) of each resolution that read the stored rows itself
+    real_read = local_merge.resolve_reading_stored_rows
+
+    def reading(spark, table, *args, **kwargs):
+        resolved = real_read(spark, table, *args, **kwargs)
+        if resolved is not False:
+            reads.add((table.table_uri.rstrip("/").rsplit("/", 1)[-1], kwargs["whole"]))
+        return resolved
+
+    monkeypatch.setattr(local_merge, "resolve_reading_stored_rows", reading)
     tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")
     tr.sql(f"INSERT INTO {db}.o VALUES (1, 1, 10), (2, 1, 20), (3, 2, 30), (4, NULL, 5), (4, NULL, 5), (5, 3, 7)")
     tr.sql(f"CREATE TABLE {db}.c (id INT, region STRING) USING delta")
@@ -329,7 +344,7 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
         "bag": f"SELECT o.id, o.amount, c.region FROM {db}.o o JOIN {db}.c c ON o.cid = c.id",
     }
     for kind, query in queries.items():
-        for how in ("local", "spark"):
+        for how in ("local", "keys", "spark"):
             tr.create_stream_table(f"{db}.{kind}_{how}", query, schedule=None)
     batches = [  # group 3 vanishes in the first and comes back in the second
         [f"INSERT INTO {db}.o VALUES (6, 2, 1), (7, NULL, 9), (2, 1, 20)", f"DELETE FROM {db}.o WHERE id = 3",
@@ -342,18 +357,62 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
             tr.sql(statement)
         for kind, query in queries.items():
             feeds = {}
-            for how in ("local", "spark"):
+            for how in ("local", "keys", "spark"):
                 name = f"{db}.{kind}_{how}"
-                monkeypatch.setattr(tr.config, "local_commit_max_rows", 100_000 if how == "local" else 0)
+                monkeypatch.setattr(tr.config, "local_commit_max_rows", 0 if how == "spark" else 100_000)
+                monkeypatch.setattr(local_merge, "STORED_SHIPPED_WHOLE_ROWS", 0 if how == "keys" else 20_000)
                 result = tr.refresh_stream_table(name)
                 assert result.action == "DIFFERENTIAL", (name, result.reason)
                 assert_matches(tr, name, query)
                 newest = tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
-                assert newest.engineInfo.startswith("delta-rs") == (how == "local"), (name, newest.engineInfo)
+                assert newest.engineInfo.startswith("delta-rs") == (how != "spark"), (name, newest.engineInfo)
                 columns = ", ".join(f"`{c}`" for c in tr.get(name).output_columns)
                 feeds[how] = multiset(tr.sql(
                     f"SELECT {columns}, _change_type FROM table_changes('{name}', {newest.version}, {newest.version})"))
-            assert feeds["local"] == feeds["spark"], kind
+            assert feeds["local"] == feeds["keys"] == feeds["spark"], kind
+    assert {("bag_local", True), ("bag_keys", False)} <= reads, reads  # the bag table: whole, by keys
+
+
+def test_bag_copies_numbered_without_a_shuffle_stay_exact_through_deltas_and_a_new_reader(tr, db):
+    """A bag table nothing reads is overwritten by a FULL refresh with copy numbers that need no
+    shuffle (unique negative numbers); a stream table that reads it makes its FULL refreshes
+    diff against stable numbers again.  Duplicated rows gain and lose copies by DIFFERENTIAL
+    refreshes in between, and every table equals its query."""
+    tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")
+    tr.sql(f"INSERT INTO {db}.o VALUES (1, 1, 10), (1, 1, 10), (1, 1, 10), (2, NULL, 5), (2, NULL, 5), (3, 2, 7)")
+    name, query = f"{db}.bag", f"SELECT cid, amount FROM {db}.o"
+    tr.create_stream_table(name, query, schedule=None, refresh_mode="DIFFERENTIAL")
+    copies = lambda: sorted(r[0] for r in tr.sql(f"SELECT __trickle_dup FROM {name}").collect())  # noqa: E731
+    assert copies() == [1, 1, 1, 2, 2, 3]  # the first population ranks them: readers come later
+    tr.sql(f"INSERT INTO {db}.o VALUES (8, 3, 3)")
+    assert tr.refresh_stream_table(name, mode="FULL").action == "FULL"
+    assert_matches(tr, name, query)
+    assert all(n < 0 for n in copies()) and len(set(copies())) == 7
+    steps = [
+        (f"DELETE FROM {db}.o WHERE id = 2", "DIFFERENTIAL"),
+        (f"INSERT INTO {db}.o VALUES (4, 1, 10), (5, NULL, 5)", "DIFFERENTIAL"),
+        (f"UPDATE {db}.o SET amount = 10 WHERE id = 3", "DIFFERENTIAL"),
+        (f"DELETE FROM {db}.o WHERE id = 1", "FULL"),
+        (f"INSERT INTO {db}.o VALUES (6, 1, 10), (6, 1, 10)", "DIFFERENTIAL"),
+    ]
+    for statement, mode in steps:
+        tr.sql(statement)
+        assert tr.refresh_stream_table(name, mode=mode).action == mode
+        assert_matches(tr, name, query)
+        assert len(set(zip(*[[r[0] for r in tr.sql(f"SELECT {c} FROM {name}").collect()]
+                             for c in ("__trickle_row_id", "__trickle_dup")]))) == len(copies())
+    tr.create_stream_table(f"{db}.reader", f"SELECT cid, COUNT(*) AS n FROM {name} GROUP BY cid", schedule=None)
+    tr.sql(f"INSERT INTO {db}.o VALUES (7, 2, 1), (7, 2, 1)")
+    assert tr.refresh_stream_table(name, mode="FULL").action == "FULL"  # diffs: numbers 1, 2, ... again
+    assert_matches(tr, name, query)
+    assert min(copies()) >= 1
+    assert tr.refresh_stream_table(f"{db}.reader").action in ("DIFFERENTIAL", "FULL")
+    assert_matches(tr, f"{db}.reader", f"SELECT cid, COUNT(*) AS n FROM {db}.o GROUP BY cid")
+    tr.sql(f"DELETE FROM {db}.o WHERE id = 7")
+    assert tr.refresh_stream_table(name, mode="FULL").action == "FULL"
+    assert_matches(tr, name, query)
+    assert tr.refresh_stream_table(f"{db}.reader").action == "DIFFERENTIAL"
+    assert_matches(tr, f"{db}.reader", f"SELECT cid, COUNT(*) AS n FROM {db}.o GROUP BY cid")
 
 
 def test_the_stored_rows_a_small_change_matches_keep_every_type_however_they_are_read(tr, db, monkeypatch):

@@ -130,9 +130,34 @@ def with_retries(config, action):
     raise AssertionError("unreachable")
 
 
+#: Conditions that only wrap the error that made a task fail (a write task's, for one).
+WRAPPER_CONDITIONS = ("TASK_WRITE_FAILED",)
+#: A JVM cause as the JVM prints it: ``Caused by: <class>: [CONDITION] message``.
+_JVM_CAUSE = re.compile(r"Caused by: [A-Za-z0-9_.$]+(?:Exception|Error): (\[[A-Z][A-Z0-9_.]*\][^\n]*)")
+
+
 def short(err: BaseException) -> str:
-    """The first line of an error's message (Spark appends pages of JVM stack)."""
-    return str(err).strip().split("\n")[0][:500]
+    """The first line of an error's message (Spark appends pages of JVM stack).
+
+    Where that line only says a task failed (``TASK_WRITE_FAILED``: a query evaluated while its
+    rows are written, by a FULL refresh that writes them without a shuffle first), the error
+    that made it fail follows: ``[TASK_WRITE_FAILED] ...: [DIVIDE_BY_ZERO] Division by zero``.
+    """
+    first = _first_line(err)
+    if not first.lstrip("[").startswith(WRAPPER_CONDITIONS):
+        return first[:500]
+    causes, seen, cause = [], {id(err)}, err.__cause__ or getattr(err, "_cause", None)
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        causes.append(_first_line(cause))
+        cause = cause.__cause__ or getattr(cause, "_cause", None)
+    causes += _JVM_CAUSE.findall(str(err)[:50000])
+    inner = [c for c in causes if c and not c.lstrip("[").startswith(WRAPPER_CONDITIONS)]
+    return (f"{first[:300]}: {inner[-1][:300]}" if inner else first)[:700]
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().split("\n")[0]
 
 
 def suspended_text(config) -> str:

@@ -262,10 +262,13 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
     if parts is None:
         return False
     stored_rows = _stored_rows(table)
-    if parts.key is not None and not parts.reads_target and stored_rows <= STORED_READ_MAX_ROWS:
-        changes = resolve_by_stored_rows(spark, table, parts, columns, max_rows,
-                                         whole=stored_rows <= STORED_SHIPPED_WHOLE_ROWS)
-    else:
+    changes = False
+    if parts.key is not None and stored_rows <= STORED_READ_MAX_ROWS:
+        whole = stored_rows <= STORED_SHIPPED_WHOLE_ROWS
+        changes = (resolve_reading_stored_rows(spark, table, parts, columns, max_rows, whole=whole)
+                   if parts.reads_target else resolve_by_stored_rows(spark, table, parts, columns, max_rows,
+                                                                     whole=whole))
+    if changes is False:
         sql = resolved_changes_sql(merge_sql, columns, version=table.version())
         changes = spark.sql(hoist_nested_ctes(sql)).limit(max_rows + 1).toArrow()
     if changes is None or changes.num_rows > max_rows:
@@ -294,7 +297,7 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
 
 #: Stored rows up to which the rows a change matches are read by delta-rs (beyond, Spark reads them),
 #: and up to which all of them are, shipped whole to Spark with the query computing the changes.
-STORED_READ_MAX_ROWS, STORED_SHIPPED_WHOLE_ROWS = 2_000_000, 20_000
+STORED_READ_MAX_ROWS, STORED_SHIPPED_WHOLE_ROWS = 20_000_000, 20_000
 
 
 def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[str, str]], max_rows: int, *,
@@ -325,12 +328,130 @@ def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[
         ids = pc.drop_null(pc.unique(changes.column(key)))
         stored = table.to_pyarrow_dataset().to_table(columns=names, filter=pc.field(ROW_ID).isin(ids))
         source = spark.createDataFrame(changes, schema=source.schema)
+    return _resolved(spark, source, stored, parts, columns, max_rows)
+
+
+def _resolved(spark, source, stored, parts: Resolution, columns: list[tuple[str, str]], max_rows: int):
+    """The change rows (the DataFrame ``source``) resolved against ``stored`` (Arrow: at least
+    every stored row they match), at most ``max_rows + 1`` of them."""
+    from airflow_trickle.spark.engine import expression
+
     target = (spark.createDataFrame(stored, schema=_struct(columns))
               .selectExpr("*", f"TRUE AS {PRESENT}").alias(parts.target_alias))
     resolved = (source.alias(parts.source_alias).join(target, expression(spark, parts.on.sql(DIALECT)), "left")
                 .selectExpr(*(o.sql(DIALECT) for o in parts.outputs))
                 .where(f"{ACTION} IS NOT NULL"))
     return resolved.limit(max_rows + 1).toArrow()
+
+
+def resolve_reading_stored_rows(spark, table, parts: Resolution, columns: list[tuple[str, str]], max_rows: int, *,
+                                whole: bool):
+    """The resolved changes of a MERGE whose change rows read the stored table themselves (a
+    bag table's: the stored copies of the contents the delta names, to number new copies after
+    them and delete the highest), with the stored rows read by delta-rs, not Spark.
+
+    Why: Spark reading the stored table rebuilds its snapshot after a delta-rs commit and scans
+    every stored row to find the few the change names (a hop of a chain of bag tables paid 2 s
+    at 900k rows; delta-rs reads the matching rows in 0.1 s).  It applies where every read of the
+    stored table in the change rows' query keeps only the rows whose ``__trickle_row_id`` is in a
+    subquery (:func:`keyed_stored_reads`): Spark computes those keys first (from the change,
+    small), delta-rs reads the stored rows they name, and the change rows' query runs over those
+    rows as a local relation.  A small table is shipped ``whole`` without the keys' query.  The
+    rows found serve the resolution too, so they must hold every stored row a change row
+    matches: checked on the change rows' identity column.  None when there are more than
+    ``max_rows`` keys or change rows; False when the query reads the stored table otherwise (or
+    the check fails): the caller resolves with Spark.
+    """
+    from airflow_trickle.spark.engine import SparkEngine
+
+    source_tree = parse_one(hoist_nested_ctes(parts.source_sql), dialect=DIALECT)
+    key_queries = keyed_stored_reads(source_tree, parts.target)
+    if key_queries is None:
+        return False
+    used = _stored_columns_used(source_tree, parts)
+    columns = [(name, kind) for name, kind in columns if used is None or name in used]
+    names = [name for name, _ in columns]
+    if whole:
+        stored = table.to_pyarrow_dataset().to_table(columns=names)
+        keys = None
+    else:
+        union = " UNION ".join(f"SELECT * FROM ({query}) AS __keys{i}" for i, query in enumerate(key_queries))
+        keys = spark.sql(union).limit(max_rows + 1).toArrow()
+        if keys.num_rows > max_rows:
+            return None
+        keys = pc.drop_null(keys.column(0))
+        stored = table.to_pyarrow_dataset().to_table(columns=names, filter=pc.field(ROW_ID).isin(keys))
+    engine, view = SparkEngine(spark), f"__trickle_stored_{table.version()}_{id(stored)}"
+    engine.local_relation(stored, view)
+    try:
+        for read in list(source_tree.find_all(exp.Table)):
+            if _same_table(read, parts.target):
+                read.replace(exp.Table(this=exp.to_identifier(view), alias=read.args.get("alias")))
+        changes = spark.sql(source_tree.sql(DIALECT)).limit(max_rows + 1).toArrow()
+        if changes.num_rows > max_rows:
+            return None
+        if changes.num_rows == 0:
+            return changes
+        key = next(name for name in changes.column_names if name.lower() == parts.key.lower())
+        named = pc.drop_null(changes.column(key))
+        if keys is not None and not pc.all(pc.is_in(named, value_set=keys)).as_py():
+            log.info("a change row names a stored row outside the keys read: resolved by Spark")
+            return False
+        source = spark.createDataFrame(changes)
+        return _resolved(spark, source, stored, parts, columns, max_rows)
+    finally:
+        engine.drop_view(view)
+
+
+def _stored_columns_used(source: exp.Expression, parts: Resolution) -> set[str] | None:
+    """The stored columns the resolution of ``parts`` reads: those its clauses and ``ON`` name on
+    the stored side, every column named where ``source`` reads the stored table, and the row
+    identity; None (all of them) where such a read selects ``*``.  A bag table's change reads
+    the identity only, so the stored rows a change names are read as two numbers each."""
+    used = {ROW_ID, DUP} | {column.name for expression in (*parts.outputs, parts.on)
+                            for column in expression.find_all(exp.Column) if column.table == parts.target_alias}
+    for read in source.find_all(exp.Table):
+        if _same_table(read, parts.target):
+            select = read.parent.parent
+            if any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+                   for e in select.expressions):
+                return None
+            used |= {column.name for column in select.find_all(exp.Column)}
+    return used
+
+
+def keyed_stored_reads(source: exp.Expression, target: exp.Table) -> list[str] | None:
+    """The queries of the keys by which ``source`` (a change rows' query) reads the stored
+    table ``target``, each ``WITH <source's CTEs> SELECT <key> FROM (<subquery>)``; None when
+    some read of ``target`` is not ``SELECT … FROM target WHERE … __trickle_row_id IN (<subquery>)``
+    (then every stored row may matter).
+
+    >>> q = parse_one("WITH h AS (SELECT 1 AS r) SELECT * FROM h LEFT JOIN (SELECT x FROM st "
+    ...               "WHERE __trickle_row_id IN (SELECT r FROM h)) AS s ON TRUE", dialect=DIALECT)
+    >>> keyed_stored_reads(q, exp.to_table("st"))
+    ['WITH h AS (SELECT 1 AS r) SELECT __k.* FROM (SELECT r FROM h) AS __k']
+    >>> keyed_stored_reads(parse_one("SELECT * FROM st", dialect=DIALECT), exp.to_table("st")) is None
+    True
+    """
+    ctes = source.args.get("with_")
+    queries = []
+    for read in source.find_all(exp.Table):
+        if not _same_table(read, target):
+            continue
+        select = read.parent.parent if isinstance(read.parent, exp.From) else None
+        if not isinstance(select, exp.Select) or select.args.get("joins") or not select.args.get("where"):
+            return None
+        condition = select.args["where"].this
+        subqueries = [c.args["query"] for c in (condition.flatten() if isinstance(condition, exp.And) else [condition])
+                      if isinstance(c, exp.In) and isinstance(c.this, exp.Column) and c.this.name == ROW_ID
+                      and c.this.table in ("", read.alias_or_name) and isinstance(c.args.get("query"), exp.Subquery)]
+        if not subqueries:
+            return None
+        keys = exp.select("__k.*").from_(subqueries[0].this.copy().subquery("__k"))
+        if ctes is not None:
+            keys.set("with_", ctes.copy())
+        queries.append(keys.sql(DIALECT))
+    return queries
 
 
 def _stored_rows(table) -> float:

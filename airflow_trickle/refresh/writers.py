@@ -113,7 +113,8 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
             return Append(delta_sql)
         return LocalMerge(delta_sql) if local else DeltaMerge(delta_sql)
     if action == Action.REINITIALIZE and storage_changes(env, st):
-        return Replace(replace_storage_sql(st.name, full_rows_sql(env, st, current), st.output_columns, st.storage,
+        return Replace(replace_storage_sql(st.name, full_rows_sql(env, st, current, stable=not full_overwrites(env, st)),
+                                           st.output_columns, st.storage,
                                            definition_properties(st, env.catalog.dependencies(st.name)),
                                            cluster_by=kept_clustering(st)))
     # A FULL refresh into empty storage (the first population) has nothing to diff against: a
@@ -151,15 +152,19 @@ def full_overwrites(env, st) -> bool:
                    for dep in env.catalog.dependencies())
 
 
-def full_rows_sql(env, st, current: dict[str, int]) -> str:
-    """The stream table's rows at ``current``, visible and hidden columns: a FULL refresh's source."""
+def full_rows_sql(env, st, current: dict[str, int], *, stable: bool = True) -> str:
+    """The stream table's rows at ``current``, visible and hidden columns: a FULL refresh's source.
+
+    A bag table's copies are numbered ``stable`` (:func:`~airflow_trickle.refresh.full.numbered_rows_sql`)
+    unless no FULL refresh will diff against them (or the table's copy numbers are INTs)."""
     from airflow_trickle.dvm.apply import full_source_sql
     from airflow_trickle.refresh.differential import source_columns
     from airflow_trickle.refresh.full import numbered_rows_sql, pinned_query_sql
 
     if st.storage.is_keyed:
         return full_source_sql(st, source_columns(env, st), current)
-    return numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns)
+    return numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns,
+                             stable=stable or st.storage.dup_type != "bigint")
 
 
 def full_refresh_sql(env, st, current: dict[str, int], *, overwrite: bool | None = None) -> str:
@@ -175,7 +180,9 @@ def full_refresh_sql(env, st, current: dict[str, int], *, overwrite: bool | None
 
 def fill_storage_sql(env, st, current: dict[str, int], *, overwrite: bool = False) -> str:
     """The INSERT of a FULL refresh into empty storage (or, ``overwrite``, in place of every stored
-    row): the recomputed rows, every column named."""
+    row): the recomputed rows, every column named.  An overwrite's copy numbers need not be
+    stable (nothing reads this table, so no FULL refresh diffs against them); the first
+    population's are, since the stream tables that will read this one come after it."""
     columns = ", ".join(f"`{c}`" for c in st.output_columns + [name for name, _ in st.storage.hidden_columns()])
     return (f"INSERT {'OVERWRITE TABLE' if overwrite else 'INTO'} {quote_name(st.name)} ({columns}) "
-            f"SELECT {columns} FROM ({full_rows_sql(env, st, current)}) AS __full")
+            f"SELECT {columns} FROM ({full_rows_sql(env, st, current, stable=not overwrite)}) AS __full")

@@ -127,31 +127,32 @@ class Recursive(Node):
     def delta(self, v: Versions) -> exp.Query:
         # Δr = Δ⁺r − Δ⁻r, consolidated (a derivation removed and added again cancels)
         cols = _cols(self.columns)
-        return parse_sql(
+        return _without_unused_ctes(parse_sql(
             f"{self._with(v)} SELECT {cols}, SUM(__c) AS {W} FROM ("
             f"SELECT {cols}, {_COUNT} AS __c FROM __trickle_added UNION ALL "
             f"SELECT {cols}, -{_COUNT} AS __c FROM __trickle_removed) AS __all "
-            f"GROUP BY {cols} HAVING SUM(__c) <> 0")
+            f"GROUP BY {cols} HAVING SUM(__c) <> 0"))
 
     def materialized_parts(self) -> list[str]:
         """The parts of :data:`MATERIALIZED` this CTE's delta has and computes once, in order.
 
-        E's change only when the recursive term reads a table.  r at the old versions and E's
+        E's change, and r at the old versions (the removed and added rows of E are stepped from
+        r), only when the recursive term reads a table.  r at the old versions and E's
         table at both versions only when r_old is recursed (not read from the stream table):
         then E at the old versions feeds two recursions, and copying E once costs less than
         scanning it at their iterations; with r_old read from storage, copying E bought nothing
         (``benchmarks/README.md``, "A recursive CTE", has both measurements).
         """
         skipped = set()
-        if self.other is None:
-            skipped |= {"__trickle_e_delta", "__trickle_e_old", "__trickle_e_new"}
+        if self.other is None:  # no step through E: r at the old versions seeds nothing either
+            skipped |= {"__trickle_e_delta", "__trickle_e_old", "__trickle_e_new", "__trickle_old"}
         if self.stored_old is not None:
             skipped |= {"__trickle_e_old", "__trickle_e_new", "__trickle_old"}
         return [name for name in MATERIALIZED if name not in skipped]
 
     def part_sql(self, v: Versions, name: str) -> str:
         """The rows of one named part of the delta (see :data:`MATERIALIZED`), to compute it once."""
-        return f"{self._with(v)} SELECT * FROM {name}"
+        return _without_unused_ctes(parse_sql(f"{self._with(v)} SELECT * FROM {name}")).sql(DIALECT)
 
     def _with(self, v: Versions) -> str:
         """The WITH clause naming every part of the delta, in order.
@@ -240,6 +241,22 @@ class Recursive(Node):
                  "semi-naively from the new rows; removed rows' derivations subtracted first]"]
         lines += self.base.explain(depth + 1)
         return lines
+
+
+def _without_unused_ctes(query: exp.Expression) -> exp.Expression:
+    """``query`` without the CTEs nothing reads any more: once the parts a refresh computed are
+    read from their views, the definitions they were computed from (r's old rows read from the
+    stream table, E at both versions) are dead.  Left in, the statement would still name the
+    stream table, and its commit would resolve the change by reading every stored row in Spark
+    (``refresh/local_merge.py``) instead of the few the change names."""
+    from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
+
+    while True:
+        before = len(query.args["with_"].expressions) if query.args.get("with_") else 0
+        query = eliminate_ctes(query)
+        after = len(query.args["with_"].expressions) if query.args.get("with_") else 0
+        if after == before:
+            return query
 
 
 def _relation(rows: str | None, alias: str) -> exp.Expression:

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 import sqlglot
 
+from airflow_trickle.dvm.base import Versions
 from airflow_trickle.dvm.planner import plan, unsupported_constructs
 from airflow_trickle.dvm.recursive import Recursive
 from airflow_trickle.sql.parse import DIALECT
@@ -84,5 +85,7 @@ def test_e_at_both_versions_and_r_old_are_computed_once_when_r_old_is_recursed()
                                               "__trickle_added"]
     alone = plan("WITH RECURSIVE c(a, k) AS (SELECT e.src, 0 FROM g.e AS e UNION ALL SELECT c.a, c.k + 1 "
                  "FROM c AS c WHERE c.k < 2) SELECT c.a AS a, c.k AS k FROM c AS c", COLUMNS).items[0][1]
-    assert alone.materialized_parts() == ["__trickle_old", "__trickle_base_delta", "__trickle_removed",
-                                          "__trickle_added"]
+    # no step through a table: nothing is stepped from r_old, so it is neither computed nor named
+    assert alone.materialized_parts() == ["__trickle_base_delta", "__trickle_removed", "__trickle_added"]
+    at = Versions(old={"g.e": 1}, new={"g.e": 2}, columns={"g.e": ["src", "dst"]}, use_cdf={"g.e": True})
+    assert "__trickle_rec_old" not in alone.delta(at).sql(DIALECT)

@@ -387,7 +387,8 @@ def resolve_reading_stored_rows(spark, table, parts: Resolution, columns: list[t
         for read in list(source_tree.find_all(exp.Table)):
             if _same_table(read, parts.target):
                 read.replace(exp.Table(this=exp.to_identifier(view), alias=read.args.get("alias")))
-        changes = spark.sql(source_tree.sql(DIALECT)).limit(max_rows + 1).toArrow()
+        frame = spark.sql(source_tree.sql(DIALECT))
+        changes = frame.limit(max_rows + 1).toArrow()
         if changes.num_rows > max_rows:
             return None
         if changes.num_rows == 0:
@@ -397,8 +398,7 @@ def resolve_reading_stored_rows(spark, table, parts: Resolution, columns: list[t
         if keys is not None and not pc.all(pc.is_in(named, value_set=keys)).as_py():
             log.info("a change row names a stored row outside the keys read: resolved by Spark")
             return False
-        source = spark.createDataFrame(changes)
-        return _resolved(spark, source, stored, parts, columns, max_rows)
+        return _resolved(spark, spark.createDataFrame(changes, schema=frame.schema), stored, parts, columns, max_rows)
     finally:
         engine.drop_view(view)
 

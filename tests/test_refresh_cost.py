@@ -130,6 +130,27 @@ def test_insert_only_commits_reads_the_delta_log(tmp_path):
     assert not insert_only_commits(Location(path), 0, 9)  # versions that do not exist (yet) are not known inserts
 
 
+def test_a_delta_rs_merge_counts_its_changed_rows_and_an_insert_only_one_is_an_insert(tmp_path):
+    """A stream table's small refreshes are MERGEs committed by delta-rs, whose metrics have
+    names of their own: a reader counts their rows (not the rows a MERGE copied) and knows an
+    insert-only one."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from airflow_trickle.storage.deltalog import changed_rows
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"k": [1, 2, 3], "v": [10, 20, 30]}))  # version 0
+    DeltaTable(path).merge(pa.table({"k": [4, 5], "v": [40, 50]}), "t.k = s.k", source_alias="s", target_alias="t") \
+        .when_not_matched_insert_all().execute()  # 1: two inserted
+    DeltaTable(path).merge(pa.table({"k": [1, 2, 6], "v": [11, 0, 60]}), "t.k = s.k", source_alias="s",
+                           target_alias="t") \
+        .when_matched_delete("s.v = 0").when_matched_update_all().when_not_matched_insert_all().execute()  # 2
+    assert changed_rows(Location(path), 0, 1) == 2
+    assert changed_rows(Location(path), 1, 2) == 4  # one deleted, one updated (2), one inserted; 3 copied
+    assert insert_only_commits(Location(path), 0, 1)
+    assert not insert_only_commits(Location(path), 0, 2)
+
+
 def _stream_table(name, query, output, storage):
     return SimpleNamespace(name=name, defining_query=query, output_columns=output,
                            storage=StorageLayout.from_dict(storage), frontier={"s.f": 3}, refresh_seq=1)

@@ -78,11 +78,16 @@ def commit_time(commit: dict | None):
 
 
 def commit_operations(location: Location, start_version: int, end_version: int) -> list[dict]:
-    """Commit infos of versions in ``[start_version, end_version]``, oldest first."""
+    """Commit infos of versions in ``[start_version, end_version]``, oldest first; a delta-rs
+    MERGE's metrics also under Spark's names, so that the readers below count a stream table's
+    delta-rs commits as they count Spark's (the cost model saw no change in an upstream stream
+    table that delta-rs had committed, and a downstream bag table never took the append path
+    after one that only inserted)."""
     table = open_table(location)
     newest = table.version()
     infos = table.history(max(0, newest - start_version + 1))
-    return sorted((c for c in infos if start_version <= int(c["version"]) <= end_version), key=lambda c: c["version"])
+    return sorted(({**c, "operationMetrics": _spark_metric_names(c.get("operationMetrics") or {})}
+                   for c in infos if start_version <= int(c["version"]) <= end_version), key=lambda c: c["version"])
 
 
 #: Row counts of one commit's changes, by operation metric (an update counts as a delete and an insert).

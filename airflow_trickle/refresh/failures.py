@@ -62,10 +62,8 @@ def conditions(err: BaseException) -> list[str]:
     ``<exception class>: [CONDITION] ...`` (only that header counts, not words elsewhere).
     """
     found = []
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        getter = getattr(err, "getCondition", None)
+    for each in _chain(err):
+        getter = getattr(each, "getCondition", None)
         if callable(getter):
             try:
                 condition = getter()
@@ -73,21 +71,24 @@ def conditions(err: BaseException) -> list[str]:
                 condition = None
             if condition:
                 found.append(str(condition))
-        found += [c for c in _JVM_HEADER.findall(str(err)[:20000]) if c not in found]
-        err = err.__cause__ or getattr(err, "_cause", None)
+        found += [c for c in _JVM_HEADER.findall(str(each)[:20000]) if c not in found]
     return found
 
 
 def class_names(err: BaseException) -> list[str]:
     """Names of ``err``'s Python classes (pyspark maps JVM exceptions to classes of the same name)
     and of its causes'."""
-    names = []
+    return [kind.__name__ for each in _chain(err) for kind in type(each).__mro__]
+
+
+def _chain(err: BaseException):
+    """``err``, then its causes, outermost first: Python's ``__cause__`` or the cause pyspark
+    attached (``_cause``), each once."""
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        names += [kind.__name__ for kind in type(err).__mro__]
+        yield err
         err = err.__cause__ or getattr(err, "_cause", None)
-    return names
 
 
 def _is(err: BaseException, condition_prefixes: tuple[str, ...], classes: tuple[str, ...]) -> bool:
@@ -146,12 +147,7 @@ def short(err: BaseException) -> str:
     first = _first_line(err)
     if not first.lstrip("[").startswith(WRAPPER_CONDITIONS):
         return first[:500]
-    causes, seen, cause = [], {id(err)}, err.__cause__ or getattr(err, "_cause", None)
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        causes.append(_first_line(cause))
-        cause = cause.__cause__ or getattr(cause, "_cause", None)
-    causes += _JVM_CAUSE.findall(str(err)[:50000])
+    causes = [_first_line(cause) for cause in list(_chain(err))[1:]] + _JVM_CAUSE.findall(str(err)[:50000])
     inner = [c for c in causes if c and not c.lstrip("[").startswith(WRAPPER_CONDITIONS)]
     return (f"{first[:300]}: {inner[-1][:300]}" if inner else first)[:700]
 

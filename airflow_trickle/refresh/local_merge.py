@@ -312,32 +312,40 @@ def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[
     larger one only the rows the change rows name, once Spark has computed those.  None when
     there are more than ``max_rows`` change rows (they are not brought into this process).
     """
-    from airflow_trickle.spark.engine import expression
-
     names = [name for name, _ in columns]
     source = spark.sql(hoist_nested_ctes(parts.source_sql))
     if whole:
         stored = table.to_pyarrow_dataset().to_table(columns=names)
     else:
-        changes = source.limit(max_rows + 1).toArrow()
-        if changes.num_rows > max_rows:
-            return None
-        if changes.num_rows == 0:
+        changes = _at_most(source, max_rows)
+        if changes is None or changes.num_rows == 0:
             return changes
-        key = next(name for name in changes.column_names if name.lower() == parts.key.lower())
-        ids = pc.drop_null(pc.unique(changes.column(key)))
+        ids = pc.unique(_identities(changes, parts))
         stored = table.to_pyarrow_dataset().to_table(columns=names, filter=pc.field(ROW_ID).isin(ids))
         source = spark.createDataFrame(changes, schema=source.schema)
-    return _resolved(spark, source, stored, parts, columns, max_rows)
+    return _resolved(spark, source, spark.createDataFrame(stored, schema=_struct(columns)), parts, max_rows)
 
 
-def _resolved(spark, source, stored, parts: Resolution, columns: list[tuple[str, str]], max_rows: int):
-    """The change rows (the DataFrame ``source``) resolved against ``stored`` (Arrow: at least
-    every stored row they match), at most ``max_rows + 1`` of them."""
+def _at_most(frame, max_rows: int):
+    """The rows of the DataFrame ``frame`` as Arrow; None when there are more than ``max_rows``
+    (they are not brought into this process)."""
+    rows = frame.limit(max_rows + 1).toArrow()
+    return None if rows.num_rows > max_rows else rows
+
+
+def _identities(changes, parts: Resolution):
+    """The stored row identities the change rows name (their ``parts.key`` column, NULLs dropped)."""
+    key = next(name for name in changes.column_names if name.lower() == parts.key.lower())
+    return pc.drop_null(changes.column(key))
+
+
+def _resolved(spark, source, stored, parts: Resolution, max_rows: int):
+    """The change rows (the DataFrame ``source``) resolved against ``stored`` (a DataFrame of at
+    least every stored row they match, in the stored columns' Spark types), at most
+    ``max_rows + 1`` of them."""
     from airflow_trickle.spark.engine import expression
 
-    target = (spark.createDataFrame(stored, schema=_struct(columns))
-              .selectExpr("*", f"TRUE AS {PRESENT}").alias(parts.target_alias))
+    target = stored.selectExpr("*", f"TRUE AS {PRESENT}").alias(parts.target_alias)
     resolved = (source.alias(parts.source_alias).join(target, expression(spark, parts.on.sql(DIALECT)), "left")
                 .selectExpr(*(o.sql(DIALECT) for o in parts.outputs))
                 .where(f"{ACTION} IS NOT NULL"))
@@ -382,23 +390,19 @@ def resolve_reading_stored_rows(spark, table, parts: Resolution, columns: list[t
         keys = pc.drop_null(keys.column(0))
         stored = table.to_pyarrow_dataset().to_table(columns=names, filter=pc.field(ROW_ID).isin(keys))
     engine, view = SparkEngine(spark), f"__trickle_stored_{table.version()}_{id(stored)}"
-    engine.local_relation(stored, view)
+    stored_frame = engine.local_relation(stored, view, schema=_struct(columns))
     try:
         for read in list(source_tree.find_all(exp.Table)):
             if _same_table(read, parts.target):
                 read.replace(exp.Table(this=exp.to_identifier(view), alias=read.args.get("alias")))
         frame = spark.sql(source_tree.sql(DIALECT))
-        changes = frame.limit(max_rows + 1).toArrow()
-        if changes.num_rows > max_rows:
-            return None
-        if changes.num_rows == 0:
+        changes = _at_most(frame, max_rows)
+        if changes is None or changes.num_rows == 0:
             return changes
-        key = next(name for name in changes.column_names if name.lower() == parts.key.lower())
-        named = pc.drop_null(changes.column(key))
-        if keys is not None and not pc.all(pc.is_in(named, value_set=keys)).as_py():
+        if keys is not None and not pc.all(pc.is_in(_identities(changes, parts), value_set=keys)).as_py():
             log.info("a change row names a stored row outside the keys read: resolved by Spark")
             return False
-        return _resolved(spark, spark.createDataFrame(changes, schema=frame.schema), stored, parts, columns, max_rows)
+        return _resolved(spark, spark.createDataFrame(changes, schema=frame.schema), stored_frame, parts, max_rows)
     finally:
         engine.drop_view(view)
 

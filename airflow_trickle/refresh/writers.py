@@ -113,8 +113,8 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
             return Append(delta_sql)
         return LocalMerge(delta_sql) if local else DeltaMerge(delta_sql)
     if action == Action.REINITIALIZE and storage_changes(env, st):
-        return Replace(replace_storage_sql(st.name, full_rows_sql(env, st, current, stable=not full_overwrites(env, st)),
-                                           st.output_columns, st.storage,
+        rows = full_rows_sql(env, st, current, stable=not full_overwrites(env, st))
+        return Replace(replace_storage_sql(st.name, rows, st.output_columns, st.storage,
                                            definition_properties(st, env.catalog.dependencies(st.name)),
                                            cluster_by=kept_clustering(st)))
     # A FULL refresh into empty storage (the first population) has nothing to diff against: a

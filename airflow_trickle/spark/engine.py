@@ -63,9 +63,12 @@ class SparkEngine:
 
         self.spark.sql(hoist_nested_ctes(text)).localCheckpoint().createOrReplaceTempView(view)
 
-    def local_relation(self, rows, view: str) -> None:
+    def local_relation(self, rows, view: str, schema=None):
         """Hand the Arrow table ``rows`` (a change, or the rows a probe found: small) to Spark as
-        the temporary view ``view``; string and binary views are sent as plain strings and bytes."""
+        the temporary view ``view``, and return its DataFrame (to read the rows again without
+        sending them twice); string and binary views are sent as plain strings and bytes.
+        ``schema`` (a Spark ``StructType``) gives the columns' Spark types where Arrow's would
+        not be exact."""
         import pyarrow as pa
 
         fields = []
@@ -76,14 +79,17 @@ class SparkEngine:
             elif pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
                 kind = pa.binary()
             fields.append(pa.field(f.name, kind, nullable=True))
-        schema = pa.schema(fields)
-        if rows.num_rows:
-            frame = self.spark.createDataFrame(rows.cast(schema))
+        plain = pa.schema(fields)
+        if schema is not None:
+            frame = self.spark.createDataFrame(rows.cast(plain), schema=schema)
+        elif rows.num_rows:
+            frame = self.spark.createDataFrame(rows.cast(plain))
         else:  # nothing to infer a schema from
             from pyspark.sql.pandas.types import from_arrow_schema
 
-            frame = self.spark.createDataFrame([], from_arrow_schema(schema))
+            frame = self.spark.createDataFrame([], from_arrow_schema(plain))
         frame.createOrReplaceTempView(view)
+        return frame
 
     def drop_view(self, view: str) -> None:
         try:

@@ -471,3 +471,53 @@ def test_a_refresh_plans_once(tr, db, monkeypatch):
     result = tr.refresh_stream_table(name)
     assert result.action == "DIFFERENTIAL" and len(calls) == 1
     assert_matches(tr, name, query)
+
+
+def test_a_top_k_decided_in_this_process_equals_the_one_spark_decides(tr, db, monkeypatch):
+    """A top-K's candidates are collected once and its boundary, new rows and their changes are
+    decided in this process (``refresh/local_topk.py``), committed by delta-rs -- or, with that
+    turned off, probed and committed by Spark.  Both stay equal to the query through inserts,
+    updates and deletes, NULLs in the ORDER BY columns (NULLS FIRST and LAST), strings beyond
+    ASCII, decimals, duplicate rows, and a change that empties the top (a row left it: the query
+    is read beyond the boundary)."""
+    import random
+
+    from airflow_trickle.refresh import local_topk
+
+    tr.sql(f"CREATE TABLE {db}.t (id INT, s STRING, m DECIMAL(10,2), g INT) USING delta "
+           "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    rng = random.Random(38)
+    strings = ["a", "b", "é", "z", "Z", "ab", None]
+
+    def rows(count: int) -> str:
+        values = []
+        for _ in range(count):
+            s, m = rng.choice(strings), rng.choice([None, *range(-3, 6)])
+            values.append(f"({rng.randrange(30)}, {'NULL' if s is None else repr(s)}, "
+                          f"{'NULL' if m is None else f'{m}.5BD'}, {rng.randrange(4)})")
+        return ", ".join(values)
+
+    tr.sql(f"INSERT INTO {db}.t VALUES {rows(40)}")
+    queries = {  # every output column ordered: the top k is one multiset (duplicates are equal rows)
+        "rows": f"SELECT s, m, g FROM {db}.t ORDER BY m DESC NULLS LAST, s ASC NULLS FIRST, g LIMIT 6",
+        "groups": (f"SELECT s, SUM(m) AS total, COUNT(*) AS n FROM {db}.t GROUP BY s "
+                   "ORDER BY total DESC NULLS FIRST, n, s DESC NULLS LAST LIMIT 3"),
+    }
+    for way in ("here", "spark"):
+        for kind, query in queries.items():
+            tr.create_stream_table(f"{db}.{kind}_{way}", query, schedule=None, refresh_mode="DIFFERENTIAL")
+    decided = []
+    real = local_topk.top_copies
+    monkeypatch.setattr(local_topk, "top_copies", lambda *a, **k: decided.append(1) or real(*a, **k))
+    batches = [f"INSERT INTO {db}.t VALUES {rows(5)}", f"UPDATE {db}.t SET m = m + 1 WHERE id % 3 = 0",
+               f"DELETE FROM {db}.t WHERE id % 5 = 1", f"INSERT INTO {db}.t VALUES {rows(3)}, {rows(3)}",
+               f"UPDATE {db}.t SET s = NULL WHERE id % 4 = 2", f"DELETE FROM {db}.t WHERE m > 3.0"]
+    for batch in batches:
+        tr.sql(batch)
+        for way in ("here", "spark"):
+            monkeypatch.setattr(local_topk, "MAX_CANDIDATES", 100_000 if way == "here" else 0)
+            for kind, query in queries.items():
+                name = f"{db}.{kind}_{way}"
+                assert tr.refresh_stream_table(name).action == "DIFFERENTIAL", name
+                assert_matches(tr, name, query)
+    assert decided, "no top-K was decided in this process"

@@ -30,7 +30,7 @@ from airflow_trickle.refresh.cost import ObservedTimes, delta_planner, observed_
 from airflow_trickle.refresh.decide import (Decision, after_failure, after_schema_check, by_cost_model, change_estimate,
                                             without_delta)
 from airflow_trickle.refresh.arranged import arrangements_on, probe_groups, probe_inputs
-from airflow_trickle.refresh.differential import drop_views, is_append, plan_differential, statement
+from airflow_trickle.refresh.differential import Prepared, drop_views, is_append, plan_differential, statement
 from airflow_trickle.refresh.failures import with_retries
 from airflow_trickle.refresh.local_merge import merge_locally
 from airflow_trickle.refresh.phases import PhaseClock
@@ -97,13 +97,14 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         observed = (recent_times(env, st) if decision.action == Action.DIFFERENTIAL and estimate is not None
                     and not st.options.is_strict else None)
     decision = by_cost_model(decision, st, estimate, observed, env.config)
-    delta_sql, appending = None, False
+    delta_sql, appending, resolved_here = None, False, None
     if decision.action == Action.DIFFERENTIAL:
         planned, why_not = _differential_sql(env, st, current, scratch, clock)
         if planned is None:
             decision = without_delta(decision, st, why_not)
         else:
-            delta_sql, appending = planned
+            (prepared, appending) = planned
+            delta_sql, resolved_here = prepared.sql, prepared.local
     metadata = {"seq": seq, "frontier": current, "action": decision.action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
     if estimate is not None:
@@ -120,7 +121,8 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         """A small change through delta-rs where it applies (False: it does not)."""
         return merge_locally(env.spark, env.catalog.at(st.location), sql, metadata=metadata, txn_app_id=txn_app_id,
                              txn_version=seq, max_rows=env.config.local_commit_max_rows,
-                             before_commit=lambda: fence(env.catalog.location, st.name, env.config.lease_seconds))
+                             before_commit=lambda: fence(env.catalog.location, st.name, env.config.lease_seconds),
+                             resolved=resolved_here.resolved if resolved_here is not None and sql == delta_sql else None)
 
     local = estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows
     try:
@@ -175,7 +177,7 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
 
 
 def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: list[str],
-                      clock: PhaseClock) -> tuple[tuple[str, bool] | None, str | None]:
+                      clock: PhaseClock) -> tuple[tuple[Prepared, bool] | None, str | None]:
     """``((the statement applying the delta, whether it is an append), None)``, planned once,
     its join inputs probed where arrangements pay (``refresh/arranged.py``) and executed up to
     the commit (``refresh/differential.py``), or ``(None, why not)``."""

@@ -10,8 +10,11 @@ rendered with:
    twice, 10-20x the cost of the recursion itself (``benchmarks/README.md``);
 2. for a top-K: the groups its aggregates' input deltas touch, counted and, when few, written
    into the SQL as literals (Spark pushes ``column IN (values)`` down to the scans); then its
-   candidates (the stored rows plus the delta) into a local checkpoint, which the boundary probe
-   and the commit both read, so they cost one evaluation instead of two; then the probe.
+   candidates (the stored rows plus the delta), computed once: collected with their bag
+   identities where they are few and ordered as Arrow orders them, so that the boundary probe,
+   the new top k and its changes are decided in this process and delta-rs commits them
+   (``refresh/local_topk.py``: two Spark statements fewer); else into a local checkpoint, which
+   the boundary probe and the commit both read, so they cost one evaluation instead of two.
 
 A local checkpoint lives with the session's executors: a lost executor fails the commit, which
 is then retried whole.  The views are temporary and dropped after the commit (:func:`drop_views`).
@@ -20,12 +23,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 
 from airflow_trickle.storage.deltalog import insert_only_commits
 from airflow_trickle.dvm.base import Unsupported, Versions
 from airflow_trickle.dvm.delta_plan import KNOWN_GROUPS_LIMIT, DeltaPlan, PlanKind, plan_refresh
 from airflow_trickle.model import CdcMode, SourceType, Strategy
 from airflow_trickle.names import HIDDEN_PREFIX
+from airflow_trickle.refresh.local_topk import LocalTopK
 from airflow_trickle.spark.delta import visible_columns
 
 log = logging.getLogger(__name__)
@@ -85,8 +90,18 @@ def plan_differential(env, st, current: dict[str, int]) -> tuple[DeltaPlan | Non
         return None, f"cannot maintain differentially: {err}"
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The statement that applies a delta, and its changes when this process resolved them
+    already (a top-K's: ``refresh/local_topk.py``; delta-rs commits them where it writes the
+    table, else Spark runs ``sql``, which is exact either way)."""
+
+    sql: str
+    local: LocalTopK | None = None
+
+
 def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | None = None,
-              probe_groups=None) -> str:
+              probe_groups=None) -> Prepared:
     """Run ``plan``'s preparatory statements; the statement that applies the delta.
 
     ``versions``: the plan's, with what the refresh bound already (the inputs it probed:
@@ -99,7 +114,7 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
     for node, part in plan.checkpoints:
         v = v.bind(node, part, _checkpoint(env, plan.part_sql(v, node, part), part, scratch))
     if not plan.probes_boundary:
-        return plan.apply_sql(v)
+        return Prepared(plan.apply_sql(v))
     for block in plan.counted_groups:
         rows = env.engine.collect(plan.groups_sql(v, block))
         few = len(rows) <= KNOWN_GROUPS_LIMIT
@@ -108,11 +123,49 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
             if probe_groups is not None:
                 v = probe_groups(block, v)
         log.debug("groups touched: %s%s", len(rows), "" if few else " (too many to list)")
+    local = _top_k_here(env, plan, v, scratch)
+    if local is not None:
+        return local
     candidates = _checkpoint(env, plan.candidates_sql(v), "__trickle_candidates", scratch)
     if env.engine.first(plan.probe_sql(v, candidates))[0]:
-        return plan.apply_sql(v, candidates=candidates)
+        return Prepared(plan.apply_sql(v, candidates=candidates))
+    return _beyond_boundary(plan, v)
+
+
+def _beyond_boundary(plan: DeltaPlan, v: Versions) -> Prepared:
     log.info("%s: a row left the top-K; its rows are recomputed from the query", plan.st.name)
-    return plan.apply_sql(v, beyond_boundary=True)
+    return Prepared(plan.apply_sql(v, beyond_boundary=True))
+
+
+def _top_k_here(env, plan: DeltaPlan, v: Versions, scratch: list[str]) -> Prepared | None:
+    """The top-K's candidates collected, its boundary probed and its changes resolved in this
+    process (``refresh/local_topk.py``), or None where that does not apply: delta-rs does not
+    write the stored table, commits by delta-rs are turned off, an ORDER BY column Arrow does not
+    order as Spark does, or more than :data:`~airflow_trickle.refresh.local_topk.MAX_CANDIDATES`."""
+    from airflow_trickle.refresh import local_topk
+    from airflow_trickle.refresh.local_merge import why_not_writable
+    from airflow_trickle.sql.rewrite import hoist_nested_ctes
+    from airflow_trickle.storage.deltalog import open_table
+
+    top_k, st = plan.top_k, plan.st
+    if env.config.local_commit_max_rows <= 0 or not st.location:
+        return None
+    table = open_table(env.catalog.at(st.location))
+    if why_not_writable(table):
+        return None
+    sql = local_topk.candidates_with_identity_sql(plan.candidates_sql(v), top_k.columns)
+    frame = env.spark.sql(hoist_nested_ctes(sql))
+    candidates = frame.limit(local_topk.MAX_CANDIDATES + 1).toArrow()
+    if candidates.num_rows > local_topk.MAX_CANDIDATES or not local_topk.orderable(candidates.schema, top_k.order):
+        return None  # the checkpoint path computes them again: rare, and exact
+    stored = local_topk.stored_rows(table, top_k.columns)
+    if not local_topk.covers_boundary(candidates, stored, top_k.order, top_k.limit):
+        return _beyond_boundary(plan, v)
+    view = f"__trickle_candidates_{uuid.uuid4().hex}"
+    env.engine.local_relation(candidates, view, schema=frame.schema)
+    scratch.append(view)
+    top = local_topk.top_copies(candidates, top_k.order, top_k.limit)
+    return Prepared(plan.apply_sql(v, candidates=view), local_topk.LocalTopK(top, stored, table.version()))
 
 
 def _checkpoint(env, sql: str, prefix: str, scratch: list[str]) -> str:

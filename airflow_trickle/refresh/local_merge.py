@@ -241,14 +241,16 @@ def describe(location: "Location", max_rows: int) -> str:
 
 
 def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict, txn_app_id: str, txn_version: int,
-                  max_rows: int, before_commit: Callable[[], None]) -> dict | None | bool:
+                  max_rows: int, before_commit: Callable[[], None], resolved=None) -> dict | None | bool:
     """Apply ``merge_sql`` to the storage table at ``location`` through delta-rs.
 
     Returns MERGE-shaped metrics; None when the transaction ``(txn_app_id, txn_version)`` had
     landed already (nothing written, as Spark skips it); False when this path does not apply
     (the caller runs the MERGE on Spark): the table, or more than ``max_rows`` resolved rows
     (the estimate was wrong; they are not brought into this process).  ``before_commit`` runs
-    just before delta-rs commits (the writer lease's fence).
+    just before delta-rs commits (the writer lease's fence).  ``resolved(table)``, when given,
+    returns the MERGE's resolved changes computed already (a top-K's: ``refresh/local_topk.py``),
+    or None when they do not apply to ``table`` as opened (then Spark resolves ``merge_sql``).
     """
     from deltalake.exceptions import CommitFailedError, DeltaError
 
@@ -258,19 +260,11 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
         return False
     if (table.transaction_version(txn_app_id) or -1) >= txn_version:
         return None
-    parts = resolution(merge_sql, columns)
-    if parts is None:
-        return False
-    stored_rows = _stored_rows(table)
-    changes = False
-    if parts.key is not None and stored_rows <= STORED_READ_MAX_ROWS:
-        whole = stored_rows <= STORED_SHIPPED_WHOLE_ROWS
-        changes = (resolve_reading_stored_rows(spark, table, parts, columns, max_rows, whole=whole)
-                   if parts.reads_target else resolve_by_stored_rows(spark, table, parts, columns, max_rows,
-                                                                     whole=whole))
+    changes = resolved(table) if resolved is not None else None
+    if changes is None:
+        changes = _resolve(spark, table, merge_sql, columns, max_rows)
     if changes is False:
-        sql = resolved_changes_sql(merge_sql, columns, version=table.version())
-        changes = spark.sql(hoist_nested_ctes(sql)).limit(max_rows + 1).toArrow()
+        return False
     if changes is None or changes.num_rows > max_rows:
         log.info("more than %d resolved changes: committed by Spark's MERGE", max_rows)
         return False
@@ -293,6 +287,25 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
     return {"num_inserted_rows": done.get("num_target_rows_inserted", 0),
             "num_updated_rows": done.get("num_target_rows_updated", 0),
             "num_deleted_rows": done.get("num_target_rows_deleted", 0)}
+
+
+def _resolve(spark, table, merge_sql: str, columns: list[tuple[str, str]], max_rows: int):
+    """``merge_sql``'s resolved changes against the delta-rs ``table``, computed by Spark (the
+    stored rows read by delta-rs where the MERGE allows it); None when there are more than
+    ``max_rows``; False when the MERGE cannot be resolved (a clause it does not take apart)."""
+    parts = resolution(merge_sql, columns)
+    if parts is None:
+        return False
+    changes, stored_rows = False, _stored_rows(table)
+    if parts.key is not None and stored_rows <= STORED_READ_MAX_ROWS:
+        whole = stored_rows <= STORED_SHIPPED_WHOLE_ROWS
+        changes = (resolve_reading_stored_rows(spark, table, parts, columns, max_rows, whole=whole)
+                   if parts.reads_target else resolve_by_stored_rows(spark, table, parts, columns, max_rows,
+                                                                     whole=whole))
+    if changes is False:
+        sql = resolved_changes_sql(merge_sql, columns, version=table.version())
+        changes = spark.sql(hoist_nested_ctes(sql)).limit(max_rows + 1).toArrow()
+    return changes
 
 
 #: Stored rows up to which the rows a change matches are read by delta-rs (beyond, Spark reads them),

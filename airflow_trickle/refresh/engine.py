@@ -26,6 +26,7 @@ from airflow_trickle.refresh.apply import apply_refresh, mark_fresh
 from airflow_trickle.refresh.decide import Decision, Loaded, decide, load
 from airflow_trickle.refresh.failures import record_failure, short, suspended_text
 from airflow_trickle.refresh.phases import PhaseClock, format_phases
+from airflow_trickle.storage.deltalog import reused_handles
 from airflow_trickle.storage.lease import lease_of
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ def refresh_stream_table(env: Environment, name: str, *, mode: RunMode | str | N
     requested = RunMode.parse(mode or RunMode.AUTO, what="refresh mode", stream_table=name).requested
     # one writer at a time on an object store: what is read below (frontier, refresh number)
     # must not change until the commit (``storage/lease.py``)
-    with lease_of(env, [name]):
+    with lease_of(env, [name]), reused_handles():
         return _refresh(env, name, requested, initiated_by)
 
 

@@ -254,7 +254,7 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
     """
     from deltalake.exceptions import CommitFailedError, DeltaError
 
-    table = open_table(location)
+    table = open_table(location, fresh=True)
     columns = writable_columns(table)
     if columns is None:
         return False

@@ -5,20 +5,54 @@ ground truth of what it has consumed.  Both are needed before (and often instead
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 
 from airflow_trickle.names import COMMIT_KEY, normalize_location  # noqa: F401 - what the logs are read by
 from airflow_trickle.location import Location
 
+_scope = threading.local()
 
-def open_table(location: Location):
+
+@contextlib.contextmanager
+def reused_handles():
+    """Within this block (one refresh), :func:`open_table` opens each table once and brings the
+    handle up to the newest version on later calls, instead of opening it again.
+
+    Why: a refresh reads the same logs a dozen times (versions, row counts, refresh records,
+    before and after its commit); each open replays the log, ~8 ms (0.12 s of a refresh's 0.3 s
+    outside Spark, TPC-H at SF 3).  Only for one refresh: a table dropped and created again at the
+    same place restarts its log, which a kept handle would not notice."""
+    outer = getattr(_scope, "handles", None)
+    if outer is None:
+        _scope.handles = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _scope.handles = None
+
+
+def open_table(location: Location, *, fresh: bool = False):
     """The delta-rs handle of the Delta table at ``location`` (newest version), opened with its
-    storage options (a plain string is refused: it would reach an object store without them)."""
+    storage options (a plain string is refused: it would reach an object store without them).
+    Inside :func:`reused_handles` a handle opened before is reused, brought up to date, unless
+    ``fresh`` (a handle the caller will write through)."""
     from deltalake import DeltaTable
 
     if not isinstance(location, Location):
         raise TypeError(f"open_table takes a Location, not {type(location).__name__} ({location!r})")
-    return DeltaTable(location.uri, storage_options=location.delta_options)
+    handles = None if fresh else getattr(_scope, "handles", None)
+    if handles is None:
+        return DeltaTable(location.uri, storage_options=location.delta_options)
+    key = (location.uri, tuple(sorted((location.delta_options or {}).items())))
+    table = handles.get(key)
+    if table is None:
+        table = handles[key] = DeltaTable(location.uri, storage_options=location.delta_options)
+    else:
+        table.update_incremental()
+    return table
 
 
 def latest_version(location: Location) -> int:

@@ -151,6 +151,26 @@ def test_a_delta_rs_merge_counts_its_changed_rows_and_an_insert_only_one_is_an_i
     assert not insert_only_commits(Location(path), 0, 2)
 
 
+def test_a_refresh_reuses_a_log_handle_and_sees_every_new_commit(tmp_path):
+    """Within one refresh (``reused_handles``) a table's log is opened once and the handle is
+    brought up to date at each later read: a commit made meanwhile is seen; a handle asked
+    ``fresh`` (one that will be written through) is its own; outside a refresh nothing is kept."""
+    from deltalake import write_deltalake
+
+    from airflow_trickle.storage.deltalog import latest_version, open_table, reused_handles
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"a": [1]}))
+    with reused_handles():
+        first = open_table(Location(path))
+        write_deltalake(path, pa.table({"a": [2]}), mode="append")
+        assert open_table(Location(path)) is first and latest_version(Location(path)) == 1
+        with reused_handles():  # nested: the same handles
+            assert open_table(Location(path)) is first
+        assert open_table(Location(path), fresh=True) is not first
+    assert open_table(Location(path)) is not first
+
+
 def _stream_table(name, query, output, storage):
     return SimpleNamespace(name=name, defining_query=query, output_columns=output,
                            storage=StorageLayout.from_dict(storage), frontier={"s.f": 3}, refresh_seq=1)

@@ -214,3 +214,17 @@ def test_old_history_is_pruned_but_each_table_keeps_its_newest_rows(tmp_path):
     assert left["db.idle"] == ["db.idle-40", "db.idle-50"]
     assert removed == 14 + 1
     assert catalog.prune_history(now - timedelta(days=30), keep_newest=2) == 0  # nothing more to do
+
+
+def test_a_catalog_table_compacts_itself_once_it_holds_many_files(tmp_path, monkeypatch):
+    """Each write appends a file; past ``_COMPACT_AFTER_FILES`` the writer compacts the table
+    (counted on its kept read handle), and every row is still there."""
+    from airflow_trickle.catalog import tables
+
+    monkeypatch.setattr(tables, "_COMPACT_AFTER_FILES", 3)
+    catalog = CatalogStore(str(tmp_path / "_trickle"))
+    for i in range(6):
+        catalog.insert(_row(f"db.t{i}", f"SELECT {i} AS x"), _edges(f"db.t{i}", "db.a"))
+    files = len(DeltaTable(catalog.path("stream_tables")).file_uris())
+    assert files <= 3, files
+    assert [st.name for st in catalog.list()] == [f"db.t{i}" for i in range(6)]

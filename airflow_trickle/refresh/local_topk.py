@@ -199,6 +199,8 @@ class LocalTopK:
         if table.version() != self.version:
             return None
         schema = pa.schema([pa.field(f.name, f.type) for f in pa.schema(table.schema().to_arrow())])
+        if set(schema.names) != {*self.top.column_names, DUP}:
+            return None  # a stored column the candidates do not give
         return resolved_top_k_changes(self.top, self.stored, schema)
 
 

@@ -143,7 +143,7 @@ def _top_k_here(env, plan: DeltaPlan, v: Versions, scratch: list[str]) -> Prepar
     write the stored table, commits by delta-rs are turned off, an ORDER BY column Arrow does not
     order as Spark does, or more than :data:`~airflow_trickle.refresh.local_topk.MAX_CANDIDATES`."""
     from airflow_trickle.refresh import local_topk
-    from airflow_trickle.refresh.local_merge import why_not_writable
+    from airflow_trickle.refresh.local_merge import at_most, why_not_writable
     from airflow_trickle.sql.rewrite import hoist_nested_ctes
     from airflow_trickle.storage.deltalog import open_table
 
@@ -155,14 +155,17 @@ def _top_k_here(env, plan: DeltaPlan, v: Versions, scratch: list[str]) -> Prepar
         return None
     sql = local_topk.candidates_with_identity_sql(plan.candidates_sql(v), top_k.columns)
     frame = env.spark.sql(hoist_nested_ctes(sql))
-    candidates = frame.limit(local_topk.MAX_CANDIDATES + 1).toArrow()
-    if candidates.num_rows > local_topk.MAX_CANDIDATES or not local_topk.orderable(candidates.schema, top_k.order):
+    schema = frame.schema  # analysed, not run: an ORDER BY column of another type keeps Spark's path
+    if not local_topk.orderable(schema, top_k.order):
+        return None
+    candidates = at_most(frame, local_topk.MAX_CANDIDATES)
+    if candidates is None:
         return None  # the checkpoint path computes them again: rare, and exact
     stored = local_topk.stored_rows(table, top_k.columns)
     if not local_topk.covers_boundary(candidates, stored, top_k.order, top_k.limit):
         return _beyond_boundary(plan, v)
     view = f"__trickle_candidates_{uuid.uuid4().hex}"
-    env.engine.local_relation(candidates, view, schema=frame.schema)
+    env.engine.local_relation(candidates, view, schema=schema)
     scratch.append(view)
     top = local_topk.top_copies(candidates, top_k.order, top_k.limit)
     return Prepared(plan.apply_sql(v, candidates=view), local_topk.LocalTopK(top, stored, table.version()))

@@ -330,7 +330,7 @@ def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[
     if whole:
         stored = table.to_pyarrow_dataset().to_table(columns=names)
     else:
-        changes = _at_most(source, max_rows)
+        changes = at_most(source, max_rows)
         if changes is None or changes.num_rows == 0:
             return changes
         ids = pc.unique(_identities(changes, parts))
@@ -339,7 +339,7 @@ def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[
     return _resolved(spark, source, spark.createDataFrame(stored, schema=_struct(columns)), parts, max_rows)
 
 
-def _at_most(frame, max_rows: int):
+def at_most(frame, max_rows: int):
     """The rows of the DataFrame ``frame`` as Arrow; None when there are more than ``max_rows``
     (they are not brought into this process)."""
     rows = frame.limit(max_rows + 1).toArrow()
@@ -409,7 +409,7 @@ def resolve_reading_stored_rows(spark, table, parts: Resolution, columns: list[t
             if _same_table(read, parts.target):
                 read.replace(exp.Table(this=exp.to_identifier(view), alias=read.args.get("alias")))
         frame = spark.sql(source_tree.sql(DIALECT))
-        changes = _at_most(frame, max_rows)
+        changes = at_most(frame, max_rows)
         if changes is None or changes.num_rows == 0:
             return changes
         if keys is not None and not pc.all(pc.is_in(_identities(changes, parts), value_set=keys)).as_py():

@@ -17,8 +17,8 @@ identity computed by Spark, and the rest is ordering and counting over a few tho
 
 Every value is Spark's: the candidates' columns and identities are computed by Spark; here rows
 are only ordered, counted and paired.  The order is Arrow's, which equals Spark's for the types
-accepted (:func:`orderable`: integers, decimals, strings -- both compare code points/bytes --,
-dates, timestamps, booleans); a floating-point or nested ORDER BY column keeps Spark's statements.
+accepted (:func:`orderable`: integers, decimals, strings of the binary collation -- both compare
+bytes --, dates, timestamps, booleans); a floating-point or nested ORDER BY column keeps Spark's statements.
 """
 from __future__ import annotations
 
@@ -49,22 +49,30 @@ def candidates_with_identity_sql(candidates_sql: str, columns: list[str]) -> str
     return f"SELECT __c.*, {row_hash_sql(columns, qualifier='__c')} AS `{ROW_ID}` FROM ({candidates_sql}) AS __c"
 
 
-def orderable(schema: pa.Schema, order) -> bool:
-    """Whether Arrow orders every ``order`` column of ``schema`` as Spark does.
+def orderable(schema, order) -> bool:
+    """Whether Arrow orders every ``order`` column of the Spark ``schema`` (a ``StructType``: the
+    candidates', known before they are computed) as Spark does.
 
+    >>> from pyspark.sql import types as T
     >>> from airflow_trickle.dvm.topk import SortKey
-    >>> orderable(pa.schema([("a", pa.int64()), ("b", pa.string())]), [SortKey("a"), SortKey("b", True)])
+    >>> orderable(T.StructType([T.StructField("a", T.LongType()), T.StructField("b", T.StringType())]),
+    ...           [SortKey("a"), SortKey("b", True)])
     True
-    >>> orderable(pa.schema([("x", pa.float64())]), [SortKey("x")])  # NaN and -0.0 differ
+    >>> orderable(T.StructType([T.StructField("x", T.DoubleType())]), [SortKey("x")])  # NaN and -0.0 differ
+    False
+    >>> orderable(T.StructType([T.StructField("s", T.StringType("UTF8_LCASE"))]), [SortKey("s")])  # not bytes
     False
     """
-    def fits(kind: pa.DataType) -> bool:
-        return (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_string(kind)
-                or pa.types.is_large_string(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)
-                or pa.types.is_boolean(kind))
+    from pyspark.sql import types as T
 
-    names = set(schema.names)
-    return all(key.column in names and fits(schema.field(key.column).type) for key in order)
+    def fits(kind) -> bool:
+        if isinstance(kind, T.StringType):  # Arrow compares bytes: Spark's binary collation
+            return getattr(kind, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+        return isinstance(kind, (T.IntegralType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType,
+                                 T.BooleanType))
+
+    kinds = {field.name: field.dataType for field in schema.fields}
+    return all(key.column in kinds and fits(kinds[key.column]) for key in order)
 
 
 def _sort_keys(table: pa.Table, order) -> tuple[pa.Table, list[tuple[str, str]]]:

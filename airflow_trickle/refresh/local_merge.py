@@ -49,6 +49,7 @@ from sqlglot import exp, parse_one
 
 from airflow_trickle.storage.deltalog import COMMIT_KEY, open_table
 from airflow_trickle.model import DUP, ROW_ID
+from airflow_trickle.spark.engine import frame_of
 from airflow_trickle.sql.parse import DIALECT
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
 
@@ -335,8 +336,8 @@ def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[
             return changes
         ids = pc.unique(_identities(changes, parts))
         stored = table.to_pyarrow_dataset().to_table(columns=names, filter=pc.field(ROW_ID).isin(ids))
-        source = spark.createDataFrame(changes, schema=source.schema)
-    return _resolved(spark, source, spark.createDataFrame(stored, schema=_struct(columns)), parts, max_rows)
+        source = frame_of(spark, changes, schema=source.schema)
+    return _resolved(spark, source, frame_of(spark, stored, schema=_struct(columns)), parts, max_rows)
 
 
 def at_most(frame, max_rows: int):
@@ -415,7 +416,7 @@ def resolve_reading_stored_rows(spark, table, parts: Resolution, columns: list[t
         if keys is not None and not pc.all(pc.is_in(_identities(changes, parts), value_set=keys)).as_py():
             log.info("a change row names a stored row outside the keys read: resolved by Spark")
             return False
-        return _resolved(spark, spark.createDataFrame(changes, schema=frame.schema), stored_frame, parts, max_rows)
+        return _resolved(spark, frame_of(spark, changes, schema=frame.schema), stored_frame, parts, max_rows)
     finally:
         engine.drop_view(view)
 

@@ -23,6 +23,18 @@ def is_connect(spark) -> bool:
     return isinstance(spark, ConnectSession)
 
 
+def frame_of(spark, rows, schema=None):
+    """A DataFrame of the Arrow table ``rows`` (in ``schema``'s Spark types when given), its
+    chunks combined first.
+
+    Why: PySpark 4.2's ``createDataFrame`` of an Arrow table whose first two record batches are
+    empty returns no rows at all -- and a delta-rs scan with a filter yields one batch per data
+    file, most of them empty (a bag table's deletes were lost that way once the table held a
+    dozen files).  ``tests/test_spark_engine.py`` has the case."""
+    rows = rows.combine_chunks()
+    return spark.createDataFrame(rows) if schema is None else spark.createDataFrame(rows, schema=schema)
+
+
 def expression(spark, text: str):
     """The column expression ``text`` (Spark SQL) for a DataFrame of ``spark``: pyspark's
     ``functions.expr`` picks the classic or Connect kind by a process-wide mark, not by the
@@ -81,9 +93,9 @@ class SparkEngine:
             fields.append(pa.field(f.name, kind, nullable=True))
         plain = pa.schema(fields)
         if schema is not None:
-            frame = self.spark.createDataFrame(rows.cast(plain), schema=schema)
+            frame = frame_of(self.spark, rows.cast(plain), schema=schema)
         elif rows.num_rows:
-            frame = self.spark.createDataFrame(rows.cast(plain))
+            frame = frame_of(self.spark, rows.cast(plain))
         else:  # nothing to infer a schema from
             from pyspark.sql.pandas.types import from_arrow_schema
 

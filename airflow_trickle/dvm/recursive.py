@@ -22,6 +22,14 @@ E_kept is E_old with the removed rows added at count âˆ’1, r_mid is r_old with Î
 a derivation through a removed row cancels in the final sum.  The recursions start from the
 change and stop where Spark's own recursion stops (no new rows).
 
+Each recursion's iterations join the rows of the level before with E.  Spark runs a
+``WITH RECURSIVE`` as a loop of jobs, each scanning E again; where the term joins E by an
+equality whose next key is one of E's own columns (:class:`ReachKey`), the refresh computes the
+seed of each recursion first (``__trickle_removed_seed``, ``__trickle_added_seed``), looks up the
+rows of E its keys can reach in an arrangement of E (``refresh/arranged_recursion.py``), and the
+recursion reads those few rows instead of E -- unrolled into one statement of as many joins as
+the keys have levels, when that number is known and small (:data:`MAX_UNROLLED_LEVELS`).
+
 Only a linear, monotone recursive term is maintained this way: it reads ``r`` once, joins at
 most one stored table (inner joins), and has no aggregate, DISTINCT, window, outer or semi
 join or subquery.  Anything else is refused with its name (the table then refreshes FULL).
@@ -43,7 +51,16 @@ from airflow_trickle.sql.parse import DIALECT
 #: at every iteration (a file listing job and a Parquet read each time), and r at the old
 #: versions recursed twice (in the removed and in the added derivations).
 MATERIALIZED = ("__trickle_e_delta", "__trickle_e_old", "__trickle_e_new", "__trickle_old", "__trickle_base_delta",
-                "__trickle_removed", "__trickle_added")
+                "__trickle_removed_seed", "__trickle_removed", "__trickle_added_seed", "__trickle_added")
+#: The seeds, computed apart only where the recursion can read E's rows its keys reach
+#: (:attr:`Recursive.reach_key`): the seeds' keys are looked up before the recursion runs.
+SEEDS = {"__trickle_removed_seed": "removed", "__trickle_added_seed": "added"}
+#: A recursion whose keys reach no further than this many levels is unrolled into that many
+#: joins in one statement; deeper (or of unknown depth), Spark's ``WITH RECURSIVE`` runs it over
+#: the rows found.  An unrolled plan grows with the square of the levels (each level is read by
+#: the next and by the union): measured on two cores, 16 levels plan and run in 1.3 s against
+#: 2.4 s for Spark's loop over the same rows, 24 levels in 2.4 s against 3.6 s.
+MAX_UNROLLED_LEVELS = 16
 
 #: Count of derivations carried through a recursion, and multiplicity of a row of E.
 _COUNT, _MULT = "__trickle_n", "__trickle_m"
@@ -56,6 +73,20 @@ def reads_cte(table: exp.Table, name: str) -> bool:
 
 def _cols(columns: list[str], prefix: str = "") -> str:
     return ", ".join(f"{prefix}`{c}`" for c in columns)
+
+
+@dataclass(frozen=True)
+class ReachKey:
+    """How a recursive term joins its other table E: on ``E.other_key = r.self_key``, and the row
+    it makes carries ``E.next_key`` as its ``self_key`` (None: r's own value, passed on).  The
+    keys of a level are then known from the level before and E alone, so the rows of E a
+    recursion can reach are found by following the keys through E, without the term's other
+    columns; ``columns``, E's columns the term reads."""
+
+    other_key: str
+    self_key: str
+    next_key: str | None
+    columns: tuple[str, ...]
 
 
 @dataclass
@@ -76,9 +107,23 @@ class Recursive(Node):
     #: A relation holding r at the old versions, when the stream table stores r itself (its
     #: rows then need no recursion from the base: see :func:`read_old_from_storage`).
     stored_old: str | None = None
+    #: The stream table holding r (``db.table``) and its columns in r's order, when
+    #: ``stored_old`` reads it: a refresh may read the few stored rows the seeds join instead
+    #: (:meth:`Versions.view_of` ``"old joined"``).
+    stored_table: str | None = None
+    stored_columns: tuple[str, ...] = ()
 
     def sources(self) -> set[str]:
         return self.base.sources() | (self.other.sources() if self.other else set())
+
+    @property
+    def reach_key(self) -> ReachKey | None:
+        """How the term's keys walk through E (:class:`ReachKey`), or None where they cannot be
+        followed without the term: no other table, no equality between a column of E and one of
+        r, or a next key that is an expression or another column of r."""
+        if self.other is None:
+            return None
+        return reach_key(self.step, self.columns, self.self_alias, self.other.columns, self.other_alias)
 
     def children(self) -> list[Node]:
         return [self.base] + ([self.other] if self.other is not None else [])
@@ -148,6 +193,8 @@ class Recursive(Node):
             skipped |= {"__trickle_e_delta", "__trickle_e_old", "__trickle_e_new", "__trickle_old"}
         if self.stored_old is not None:
             skipped |= {"__trickle_e_old", "__trickle_e_new", "__trickle_old"}
+        if self.reach_key is None:
+            skipped |= set(SEEDS)
         return [name for name in MATERIALIZED if name not in skipped]
 
     def part_sql(self, v: Versions, name: str) -> str:
@@ -201,7 +248,10 @@ class Recursive(Node):
                                      f"SELECT {e}, -{_MULT} FROM __trickle_e_removed)", False),
                 ("__trickle_e_new", f"__trickle_e_new AS ({e_at('new')})", False)]
             kept_e, new_e, old_e = "__trickle_e_kept", "__trickle_e_new", "__trickle_e_old"
-        if self.stored_old is not None:
+        joined = v.view_of(self, "old joined")
+        if joined is not None:  # r's stored rows whose key E's change holds: all the seeds join
+            old_rows = f"SELECT {cols} FROM {joined}"
+        elif self.stored_old is not None:
             old_rows = f"SELECT {cols} FROM {self.stored_old}"
         else:
             old_rows = f"SELECT {cols} FROM {old_rec}"
@@ -219,12 +269,41 @@ class Recursive(Node):
         if self.other is not None:
             removed_seed += " UNION ALL " + self._step("__trickle_old", "__trickle_e_removed", counted=True)
             added_seed += " UNION ALL " + self._step("__trickle_middle", "__trickle_e_added", counted=True)
-        parts.append(("__trickle_removed", self._recursion("__trickle_removed", removed_seed, kept_e), True))
+        parts += self._recursion_parts("__trickle_removed", removed_seed, kept_e, v.view_of(self, "reach removed"))
         # r_mid: the derivations that use kept rows only
         parts.append(("__trickle_middle", f"__trickle_middle AS (SELECT * FROM __trickle_old UNION ALL "
                                           f"SELECT {cols}, -{_COUNT} FROM __trickle_removed)", False))
-        parts.append(("__trickle_added", self._recursion("__trickle_added", added_seed, new_e), True))
+        parts += self._recursion_parts("__trickle_added", added_seed, new_e, v.view_of(self, "reach added"))
         return parts
+
+    def _recursion_parts(self, rec: str, seed: str, other_rows: str | None,
+                         reached: tuple[str, int | None] | None) -> list[tuple[str, str, bool]]:
+        """The parts of the recursion ``rec`` from ``seed`` through E as ``other_rows``: its seed
+        named apart where E's reachable rows can be looked up (:attr:`reach_key`), and, when a
+        refresh bound them (``reached``: the view holding them, and how many levels the keys
+        reach, None if not known), the recursion through those rows -- unrolled when the levels
+        are known and few."""
+        if self.reach_key is None:
+            return [(rec, self._recursion(rec, seed, other_rows), True)]
+        parts = [(f"{rec}_seed", f"{rec}_seed AS (SELECT * FROM ({seed}) AS __seed)", False)]
+        seed = f"SELECT * FROM {rec}_seed"
+        if reached is None:
+            return [*parts, (rec, self._recursion(rec, seed, other_rows), True)]
+        view, levels = reached
+        columns = _cols(list(self.reach_key.columns))
+        through = f"SELECT {columns}, CAST(1 AS BIGINT) AS {_MULT} FROM {view}"
+        if rec == "__trickle_removed":  # E's kept rows: E's old rows less the removed ones
+            through += f" UNION ALL SELECT {columns}, -{_MULT} FROM __trickle_e_removed"
+        parts.append((f"{rec}_e", f"{rec}_e AS ({through})", False))
+        if levels is None or levels > MAX_UNROLLED_LEVELS:
+            return [*parts, (rec, self._recursion(rec, seed, f"{rec}_e"), True)]
+        named = f"{_cols(self.columns)}, {_COUNT}"
+        for level in range(1, levels + 1):
+            below = f"{rec}_seed" if level == 1 else f"{rec}_{level - 1}"
+            parts.append((f"{rec}_{level}", f"{rec}_{level}({named}) AS "
+                                            f"({self._step(below, f'{rec}_e', counted=True)})", False))
+        every = " UNION ALL ".join(f"SELECT * FROM {rec}_{level}" for level in ["seed", *range(1, levels + 1)])
+        return [*parts, (rec, f"{rec}({named}) AS ({every})", False)]
 
     def _recursion(self, rec: str, seed: str, other_rows: str | None) -> str:
         """The CTE ``rec``: every derivation that starts with a row of ``seed`` (rows with
@@ -237,6 +316,9 @@ class Recursive(Node):
         pad = "  " * depth
         through = f" through {self.other.name}" if self.other else ""
         through += "; old rows read from the stream table" if self.stored_old else ""
+        key = self.reach_key
+        if key is not None:
+            through += f"; E's rows looked up by {key.other_key} from the seeds' {key.self_key}"
         lines = [f"{pad}Recursive {self.name}{through}  [derivations counted: insert-only changes evaluated "
                  "semi-naively from the new rows; removed rows' derivations subtracted first]"]
         lines += self.base.explain(depth + 1)
@@ -256,7 +338,12 @@ def _without_unused_ctes(query: exp.Expression) -> exp.Expression:
         query = eliminate_ctes(query)
         after = len(query.args["with_"].expressions) if query.args.get("with_") else 0
         if after == before:
-            return query
+            break
+    with_ = query.args.get("with_")
+    if with_ is not None and with_.args.get("recursive") and not any(
+            reads_cte(t, cte.alias_or_name.lower()) for cte in with_.expressions for t in cte.this.find_all(exp.Table)):
+        with_.set("recursive", False)  # what was recursive is computed already (or unrolled)
+    return query
 
 
 def _relation(rows: str | None, alias: str) -> exp.Expression:
@@ -288,5 +375,68 @@ def read_old_from_storage(node: Node, stored: str, stored_columns: list[str]) ->
         return node
     renamed = ", ".join(f"`{s}` AS `{c}`" for s, c in zip(stored_columns, recursive.columns))
     db, table = stored.split(".", 1)
-    reading_storage = replace(recursive, stored_old=f"(SELECT {renamed} FROM `{db}`.`{table}`) AS __stored")
+    reading_storage = replace(recursive, stored_old=f"(SELECT {renamed} FROM `{db}`.`{table}`) AS __stored",
+                              stored_table=stored, stored_columns=tuple(stored_columns))
     return replace(node, items=[(alias, reading_storage)])
+
+
+def reach_key(step: exp.Select, columns: list[str], self_alias: str, other_columns: list[str],
+              other_alias: str) -> ReachKey | None:
+    """How ``step`` (a recursive term reading r, of ``columns``, as ``self_alias`` and E, of
+    ``other_columns``, as ``other_alias``) carries its join key from one level to the next
+    (:class:`ReachKey`), or None.
+
+    >>> step = parse_sql("SELECT p.id, t.root, t.depth + 1 FROM tree t JOIN people p ON p.boss = t.id "
+    ...                  "WHERE p.active")
+    >>> reach_key(step, ["id", "root", "depth"], "t", ["id", "boss", "active", "name"], "p")
+    ReachKey(other_key='boss', self_key='id', next_key='id', columns=('id', 'boss', 'active'))
+    >>> reach_key(parse_sql("SELECT r.src, e.dst FROM r JOIN e ON r.dst = e.src"), ["src", "dst"], "r",
+    ...           ["src", "dst"], "e")
+    ReachKey(other_key='src', self_key='dst', next_key='dst', columns=('src', 'dst'))
+    >>> reach_key(parse_sql("SELECT t.id + 1, t.n FROM t JOIN e ON e.a = t.id"), ["id", "n"], "t", ["a"], "e") is None
+    True
+    """
+    mine = {c.lower(): c for c in columns}
+    theirs = {c.lower(): c for c in other_columns}
+
+    def side(column: exp.Column) -> tuple[str, str] | None:
+        """("r" | "e", the column's name there), for a column of one of them."""
+        table, name = column.table.lower(), column.name.lower()
+        if table == self_alias.lower() and name in mine:
+            return "r", mine[name]
+        if table == other_alias.lower() and name in theirs:
+            return "e", theirs[name]
+        if not table and (name in mine) != (name in theirs):
+            return ("r", mine[name]) if name in mine else ("e", theirs[name])
+        return None
+
+    conditions = [step.args.get("where")] + [j.args.get("on") for j in step.args.get("joins") or []]
+    equalities = [eq for c in conditions if c is not None for eq in c.find_all(exp.EQ)
+                  if all(isinstance(s, exp.Column) for s in (eq.this, eq.expression))
+                  and all(isinstance(a, (exp.And, exp.Where, exp.EQ)) for a in _ancestors(eq, c))]
+    for eq in equalities:
+        sides = dict(filter(None, (side(eq.this), side(eq.expression))))
+        if set(sides) != {"r", "e"}:
+            continue
+        out = step.expressions[columns.index(sides["r"])]
+        out = out.this if isinstance(out, exp.Alias) else out
+        carried = side(out) if isinstance(out, exp.Column) else None
+        if carried == ("r", sides["r"]):
+            next_key = None
+        elif carried is not None and carried[0] == "e":
+            next_key = carried[1]
+        else:
+            continue
+        if any(isinstance(s, exp.Star) for s in step.find_all(exp.Star)):
+            read = set(theirs.values())
+        else:
+            read = {found[1] for c in step.find_all(exp.Column) if (found := side(c)) and found[0] == "e"}
+        return ReachKey(sides["e"], sides["r"], next_key, tuple(c for c in other_columns if c in read))
+    return None
+
+
+def _ancestors(node: exp.Expression, top: exp.Expression):
+    """The expressions between ``node`` and ``top`` (both included)."""
+    while node is not None and node is not top:
+        node = node.parent
+        yield node

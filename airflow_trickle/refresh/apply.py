@@ -30,6 +30,7 @@ from airflow_trickle.refresh.cost import ObservedTimes, delta_planner, observed_
 from airflow_trickle.refresh.decide import (Decision, after_failure, after_schema_check, by_cost_model, change_estimate,
                                             without_delta)
 from airflow_trickle.refresh.arranged import arrangements_on, probe_groups, probe_inputs
+from airflow_trickle.refresh.arranged_recursion import RecursionLookups
 from airflow_trickle.refresh.differential import Prepared, drop_views, is_append, plan_differential, statement
 from airflow_trickle.refresh.failures import with_retries
 from airflow_trickle.refresh.local_merge import merge_locally
@@ -191,15 +192,19 @@ def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: li
     for line in probed.lines():
         log.info("%s: %s", st.name, line)
     built: list[int] = []  # ms spent building arrangements for touched groups (not the delta's cost)
+    recursions = RecursionLookups(env, plan, scratch, built)
     try:
         with clock.phase("plan"):
             return (statement(env, plan, scratch, versions,
-                              probe_groups=lambda block, v: probe_groups(env, plan, block, v, scratch, built)),
+                              probe_groups=lambda block, v: probe_groups(env, plan, block, v, scratch, built),
+                              look_up_reach=recursions),
                     is_append(plan)), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
     finally:
         clock.move(sum(built), "plan", "arrange")
+        for line in recursions.lines:
+            log.info("%s: %s", st.name, line)
 
 
 def mark_fresh(row: StreamTable, data_timestamp) -> None:

@@ -118,8 +118,8 @@ class ObservedTimes:
 
 #: The code that decides what a delta costs: the DVM's plans, and how a refresh probes and
 #: commits them.  A DIFFERENTIAL measured by other code does not decide (:func:`delta_planner`).
-_PLANNER_SOURCES = ("dvm", "refresh/arranged.py", "refresh/differential.py", "refresh/local_merge.py", "refresh/local_topk.py",
-                    "storage/arrangement.py", "storage/arrangements.py")
+_PLANNER_SOURCES = ("dvm", "refresh/arranged.py", "refresh/arranged_recursion.py", "refresh/differential.py",
+                    "refresh/local_merge.py", "refresh/local_topk.py", "storage/arrangement.py", "storage/arrangements.py")
 
 
 @functools.cache

@@ -101,18 +101,23 @@ class Prepared:
 
 
 def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | None = None,
-              probe_groups=None) -> Prepared:
+              probe_groups=None, look_up_reach=None) -> Prepared:
     """Run ``plan``'s preparatory statements; the statement that applies the delta.
 
     ``versions``: the plan's, with what the refresh bound already (the inputs it probed:
     ``refresh/arranged.py``); ``probe_groups(block, versions)``, when given, returns the versions
-    with the inputs of an aggregate's known touched groups probed too.  The temporary views made on the way are named in ``scratch``
+    with the inputs of an aggregate's known touched groups probed too;
+    ``look_up_reach(recursive, part, its view, versions)``, called with each part computed, the
+    versions with what it let the refresh look up bound (the rows of E a recursion's seed reaches) (``refresh/arranged_recursion.py``).  The temporary views made on the way are named in ``scratch``
     (dropped after the commit by :func:`drop_views`).  Raises
     :class:`~airflow_trickle.dvm.base.Unsupported` when the delta cannot be rendered.
     """
     v = versions or plan.versions
     for node, part in plan.checkpoints:
-        v = v.bind(node, part, _checkpoint(env, plan.part_sql(v, node, part), part, scratch))
+        view = _checkpoint(env, plan.part_sql(v, node, part), part, scratch)
+        v = v.bind(node, part, view)
+        if look_up_reach is not None:
+            v = look_up_reach(node, part, view, v)
     if not plan.probes_boundary:
         return Prepared(plan.apply_sql(v))
     for block in plan.counted_groups:

@@ -16,7 +16,7 @@ from contextlib import redirect_stderr
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from airflow_trickle import Trickle
@@ -148,6 +148,14 @@ def test_create_refuses_bad_input_before_spark_and_leaves_nothing(tmp_path, no_s
 
     @fuzz
     @given(names, queries, schedules, modes, options)
+    # one input each check refuses, and one that passes them all, whatever the random ones reach
+    # (a CI run's 150 examples once held no bad option: the assertion below needs these)
+    @example("shop.a.b", "SELECT id, amount FROM shop.orders", None, None, None)
+    @example("shop.ok", "SELEC id FROM t", None, None, None)
+    @example("shop.ok", "SELECT id, amount FROM shop.orders", "1x", None, None)
+    @example("shop.ok", "SELECT id, amount FROM shop.orders", None, "FAST", None)
+    @example("shop.ok", "SELECT id, amount FROM shop.orders", None, None, {"stric": True})
+    @example("shop.ok", "SELECT id, amount FROM shop.orders", "1m", "AUTO", None)
     def create(name, query, schedule, mode, opts):
         warehouse = tmp_path / "wh"
         warehouse.mkdir(exist_ok=True)

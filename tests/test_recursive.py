@@ -86,7 +86,7 @@ def test_recursive_ctes_stay_exact_under_random_change(tr, db, tmp_path, monkeyp
                 metrics = newest_refresh(tr.catalog.at(tr.get(name).location))["metrics"]
                 assert "numOutputRows" in metrics and "numTargetRowsInserted" not in metrics, (name, metrics)
     text = caplog.text
-    assert "seed keys reach" in text and "levels (unrolled)" in text, "no recursion read the rows of E it reaches"
+    assert "keys of the changes reach" in text and "levels (unrolled)" in text, "no recursion read the rows of E it reaches"
     assert "stored rows joined by E's change, read by delta-rs" in text  # paths: r stored whole
     # built at the old versions and caught up to the new in each refresh (changes this large
     # against tables this small compact it), and built again once wiped

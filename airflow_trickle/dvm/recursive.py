@@ -24,11 +24,13 @@ change and stop where Spark's own recursion stops (no new rows).
 
 Each recursion's iterations join the rows of the level before with E.  Spark runs a
 ``WITH RECURSIVE`` as a loop of jobs, each scanning E again; where the term joins E by an
-equality whose next key is one of E's own columns (:class:`ReachKey`), the refresh computes the
-seed of each recursion first (``__trickle_removed_seed``, ``__trickle_added_seed``), looks up the
-rows of E its keys can reach in an arrangement of E (``refresh/arranged_recursion.py``), and the
-recursion reads those few rows instead of E -- unrolled into one statement of as many joins as
-the keys have levels, when that number is known and small (:data:`MAX_UNROLLED_LEVELS`).
+equality whose next key is one of E's own columns (:class:`ReachKey`), every key a seed can
+hold is known from the changes alone -- a seed row is a changed base row, or a row stepped
+through a changed row of E, whose next key it carries -- so the refresh follows those keys
+through an arrangement of E (``refresh/arranged_recursion.py``) to the rows of E the
+recursions can reach, and each recursion reads those few rows instead of E: unrolled into one
+statement of as many joins as the keys have levels, when that number is known and small
+(:data:`MAX_UNROLLED_LEVELS`).
 
 Only a linear, monotone recursive term is maintained this way: it reads ``r`` once, joins at
 most one stored table (inner joins), and has no aggregate, DISTINCT, window, outer or semi
@@ -51,10 +53,7 @@ from airflow_trickle.sql.parse import DIALECT
 #: at every iteration (a file listing job and a Parquet read each time), and r at the old
 #: versions recursed twice (in the removed and in the added derivations).
 MATERIALIZED = ("__trickle_e_delta", "__trickle_e_old", "__trickle_e_new", "__trickle_old", "__trickle_base_delta",
-                "__trickle_removed_seed", "__trickle_removed", "__trickle_added_seed", "__trickle_added")
-#: The seeds, computed apart only where the recursion can read E's rows its keys reach
-#: (:attr:`Recursive.reach_key`): the seeds' keys are looked up before the recursion runs.
-SEEDS = {"__trickle_removed_seed": "removed", "__trickle_added_seed": "added"}
+                "__trickle_removed", "__trickle_added")
 #: A recursion whose keys reach no further than this many levels is unrolled into that many
 #: joins in one statement; deeper (or of unknown depth), Spark's ``WITH RECURSIVE`` runs it over
 #: the rows found.  An unrolled plan grows with the square of the levels (each level is read by
@@ -193,8 +192,6 @@ class Recursive(Node):
             skipped |= {"__trickle_e_delta", "__trickle_e_old", "__trickle_e_new", "__trickle_old"}
         if self.stored_old is not None:
             skipped |= {"__trickle_e_old", "__trickle_e_new", "__trickle_old"}
-        if self.reach_key is None:
-            skipped |= set(SEEDS)
         return [name for name in MATERIALIZED if name not in skipped]
 
     def part_sql(self, v: Versions, name: str) -> str:
@@ -278,31 +275,26 @@ class Recursive(Node):
 
     def _recursion_parts(self, rec: str, seed: str, other_rows: str | None,
                          reached: tuple[str, int | None] | None) -> list[tuple[str, str, bool]]:
-        """The parts of the recursion ``rec`` from ``seed`` through E as ``other_rows``: its seed
-        named apart where E's reachable rows can be looked up (:attr:`reach_key`), and, when a
-        refresh bound them (``reached``: the view holding them, and how many levels the keys
-        reach, None if not known), the recursion through those rows -- unrolled when the levels
-        are known and few."""
-        if self.reach_key is None:
-            return [(rec, self._recursion(rec, seed, other_rows), True)]
-        parts = [(f"{rec}_seed", f"{rec}_seed AS (SELECT * FROM ({seed}) AS __seed)", False)]
-        seed = f"SELECT * FROM {rec}_seed"
+        """The parts of the recursion ``rec`` from ``seed`` through E as ``other_rows``; when a
+        refresh bound the rows of E the changes' keys reach (``reached``: the view holding them,
+        and how many levels the keys reach, None if not known), the recursion through those rows
+        -- unrolled when the levels are known and few."""
         if reached is None:
-            return [*parts, (rec, self._recursion(rec, seed, other_rows), True)]
+            return [(rec, self._recursion(rec, seed, other_rows), True)]
         view, levels = reached
         columns = _cols(list(self.reach_key.columns))
         through = f"SELECT {columns}, CAST(1 AS BIGINT) AS {_MULT} FROM {view}"
         if rec == "__trickle_removed":  # E's kept rows: E's old rows less the removed ones
             through += f" UNION ALL SELECT {columns}, -{_MULT} FROM __trickle_e_removed"
-        parts.append((f"{rec}_e", f"{rec}_e AS ({through})", False))
+        parts = [(f"{rec}_e", f"{rec}_e AS ({through})", False)]
         if levels is None or levels > MAX_UNROLLED_LEVELS:
             return [*parts, (rec, self._recursion(rec, seed, f"{rec}_e"), True)]
         named = f"{_cols(self.columns)}, {_COUNT}"
+        parts.append((f"{rec}_0", f"{rec}_0 AS (SELECT * FROM ({seed}) AS __seed)", False))
         for level in range(1, levels + 1):
-            below = f"{rec}_seed" if level == 1 else f"{rec}_{level - 1}"
             parts.append((f"{rec}_{level}", f"{rec}_{level}({named}) AS "
-                                            f"({self._step(below, f'{rec}_e', counted=True)})", False))
-        every = " UNION ALL ".join(f"SELECT * FROM {rec}_{level}" for level in ["seed", *range(1, levels + 1)])
+                                            f"({self._step(f'{rec}_{level - 1}', f'{rec}_e', counted=True)})", False))
+        every = " UNION ALL ".join(f"SELECT * FROM {rec}_{level}" for level in range(levels + 1))
         return [*parts, (rec, f"{rec}({named}) AS ({every})", False)]
 
     def _recursion(self, rec: str, seed: str, other_rows: str | None) -> str:
@@ -318,7 +310,7 @@ class Recursive(Node):
         through += "; old rows read from the stream table" if self.stored_old else ""
         key = self.reach_key
         if key is not None:
-            through += f"; E's rows looked up by {key.other_key} from the seeds' {key.self_key}"
+            through += f"; E's rows looked up by {key.other_key} from the changes' keys"
         lines = [f"{pad}Recursive {self.name}{through}  [derivations counted: insert-only changes evaluated "
                  "semi-naively from the new rows; removed rows' derivations subtracted first]"]
         lines += self.base.explain(depth + 1)

@@ -7,12 +7,16 @@ runs each as a loop of jobs, and each iteration scans E again -- a refresh of an
 100,000 people ran 45 jobs and cost more than recomputing the chart.  Where the term joins E on
 ``E.a = r.b`` and carries E's own column c as the next level's b
 (:class:`~airflow_trickle.dvm.recursive.ReachKey`), the rows of E a recursion can reach follow
-from its seed's b values and E alone: E's rows with a among the keys, their c the next
-level's keys, and so on until no row of E matches.  Those rows are looked up level by level in
-E's arrangement by a (``storage/arrangements.py``, at the version the recursion reads E at),
-handed to Spark as a local relation, and bound with the number of levels the keys reach: the
-recursion then joins a few rows instead of E, unrolled into one statement when the levels are
-few.  A row of E no key reaches joins no row of the recursion, so the result is the same.
+from the keys its seed can hold and E alone: E's rows with a among the keys, their c the next
+level's keys, and so on until no row of E matches.  The seed's keys are known from the changes
+before any recursion runs -- a seed row is a changed base row, or a row stepped through a
+changed row of E, carrying that row's c -- so the rows are looked up once the changes are
+read, level by level in E's arrangement by a (``storage/arrangements.py``, at the version each
+recursion reads E at), handed to Spark as local relations, and bound with the number of levels
+the keys reach: the recursions then join a few rows instead of E, unrolled into one statement
+when the levels are few.  A row of E no key reaches joins no row of the recursion, so the
+result is the same.  The seeds also join r's old rows through E's change only: where r's old
+rows are the stream table's, delta-rs reads just those whose key E's change holds.
 
 Everything here is an optimisation, exact either way: no arrangement (turned off, a key that is
 not an integer or a date, a table delta-rs does not read), more reachable rows than a lookup
@@ -28,14 +32,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_trickle.dvm.base import Versions
-from airflow_trickle.dvm.recursive import MAX_UNROLLED_LEVELS, SEEDS, ReachKey
+from airflow_trickle.dvm.recursive import MAX_UNROLLED_LEVELS, ReachKey
 from airflow_trickle.refresh.arranged import (PROBED_ROWS_FLOOR, _check_share, _comparable, _registered, _Tables,
                                               arrangements_of)
 from airflow_trickle.storage.arrangement import Stale
 
 log = logging.getLogger(__name__)
 
-#: Seeds with more distinct keys than this are not looked up: the recursion reads E.
+#: Changes with more distinct keys than this are not looked up: the recursions read E.
 MAX_SEED_KEYS = PROBED_ROWS_FLOOR
 #: The keys are followed this many levels at most when counting them (the plan is unrolled up to
 #: :data:`~airflow_trickle.dvm.recursive.MAX_UNROLLED_LEVELS`); past it -- a cycle in E, or a
@@ -44,9 +48,11 @@ MAX_COUNTED_LEVELS = 100
 
 
 class RecursionLookups:
-    """The lookups of one refresh's recursions: called with a seed part once it is computed
-    (``refresh/differential.statement``), it returns the versions with the rows of E its
-    recursion reaches bound in, or the versions unchanged.  ``built`` collects the milliseconds
+    """The lookups of one refresh's recursions: called with each part of a recursive CTE's
+    delta once it is computed (``refresh/differential.statement``), it returns the versions
+    with what the part let it look up bound in -- after E's change, r's stored rows that change
+    joins; after the base's change, the rows of E each recursion reaches -- or the versions
+    unchanged.  ``built`` collects the milliseconds
     spent building arrangements (kept apart from the delta's cost)."""
 
     def __init__(self, env, plan, scratch: list[str], built: list[int] | None = None):
@@ -57,7 +63,9 @@ class RecursionLookups:
     def __call__(self, node, part: str, view: str, v: Versions) -> Versions:
         if part == "__trickle_e_delta":
             return self._old_joined(node, view, v)
-        return self._reach(node, part, view, v)
+        if part == "__trickle_base_delta":
+            return self._reach(node, view, v)
+        return v
 
     def _old_joined(self, node, change_view: str, v: Versions) -> Versions:
         """``v`` with the stored rows of r that E's change can join (their key among the
@@ -93,36 +101,44 @@ class RecursionLookups:
         self.lines.append(f"{node.name}: {rows.num_rows} stored rows joined by E's change, read by delta-rs")
         return v.bind(node, "old joined", view)
 
-    def _reach(self, node, part: str, seed_view: str, v: Versions) -> Versions:
-        recursion = SEEDS.get(part)
+    def _reach(self, node, base_view: str, v: Versions) -> Versions:
+        """``v`` with the rows of E each recursion can reach bound (``"reach removed"`` at E's old
+        version, ``"reach added"`` at its new), from every key a seed can hold: a seed row is a
+        changed base row (its key in the base's change) or a row stepped through a changed row
+        of E (carrying that row's next key, or, passed on, the key it joined by)."""
         key: ReachKey | None = getattr(node, "reach_key", None)
         arrangements = arrangements_of(self.env.config)
-        if recursion is None or key is None or arrangements is None:
+        change_view = v.view_of(node, "__trickle_e_delta")
+        if key is None or arrangements is None or change_view is None:
             return v
         source = node.other.name
-        which = "old" if recursion == "removed" else "new"  # E's kept rows are among its old ones
         try:
             tables = _Tables(self.env, self.plan.st.name)
             if source not in tables.locations:
                 return v
-            seeds = _distinct_values(self.env, seed_view, key.self_key)
-            if seeds is None:
-                self.lines.append(f"{node.name} {recursion}: more than {MAX_SEED_KEYS} seed keys; {source} scanned")
+            keys = _distinct_values(self.env, f"(SELECT `{key.next_key or key.other_key}` AS __k FROM {change_view} "
+                                              f"UNION ALL SELECT `{key.self_key}` FROM {base_view}) AS __keys", "__k")
+            if keys is None:
+                self.lines.append(f"{node.name}: more than {MAX_SEED_KEYS} keys in the changes; {source} scanned")
                 return v
             arranged = self._arrangement(node, key, tables, arrangements, v)
-            if len(seeds) and not _comparable(seeds.type, arranged.base.schema.field(key.other_key).type):
-                raise Stale(f"a key of type {seeds.type} is not looked up in the arrangement")
-            rows, levels = reach(arranged, v.at(which)[source], seeds, key)
-        except Exception as err:  # noqa: BLE001 - an optimisation: the recursion reads E
-            self.lines.append(f"{node.name} {recursion}: {source} scanned at every level ({type(err).__name__}: {err})")
-            log.info("%s: the %s recursion scans %s: %s", self.plan.st.name, recursion, source, err,
+            if len(keys) and not _comparable(keys.type, arranged.base.schema.field(key.other_key).type):
+                raise Stale(f"a key of type {keys.type} is not looked up in the arrangement")
+            reached = {recursion: reach(arranged, v.at(which)[source], keys, key)
+                       for recursion, which in (("removed", "old"), ("added", "new"))}
+        except Exception as err:  # noqa: BLE001 - an optimisation: the recursions read E
+            self.lines.append(f"{node.name}: {source} scanned at every level ({type(err).__name__}: {err})")
+            log.info("%s: the recursions scan %s: %s", self.plan.st.name, source, err,
                      exc_info=not isinstance(err, (Stale, TypeError)))
             return v
-        [(view, _)] = _registered(self.env, {0: (rows, key.columns)}, self.scratch).values()
-        self.lines.append(f"{node.name} {recursion}: {len(seeds)} seed keys reach {rows.num_rows} rows of {source}"
-                          + (f" in {levels} levels (unrolled)" if levels is not None and levels <= MAX_UNROLLED_LEVELS
-                             else " (levels not counted: Spark's recursion over them)"))
-        return v.bind(node, f"reach {recursion}", (view, levels))
+        for recursion, (rows, levels) in reached.items():
+            [(view, _)] = _registered(self.env, {0: (rows, key.columns)}, self.scratch).values()
+            v = v.bind(node, f"reach {recursion}", (view, levels))
+            self.lines.append(
+                f"{node.name} {recursion}: {len(keys)} keys of the changes reach {rows.num_rows} rows of {source}"
+                + (f" in {levels} levels (unrolled)" if levels is not None and levels <= MAX_UNROLLED_LEVELS
+                   else " (levels not counted: Spark's recursion over them)"))
+        return v
 
     def _arrangement(self, node, key: ReachKey, tables: _Tables, arrangements, v: Versions):
         """E's arrangement by its join key, able to give both versions (the removed recursion

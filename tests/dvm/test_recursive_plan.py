@@ -24,7 +24,7 @@ def test_a_linear_recursive_cte_plans_as_a_recursive_node_under_the_outer_query(
     assert isinstance(recursive, Recursive)
     assert (recursive.name, recursive.columns, recursive.other.name) == ("r", ["src", "dst"], "g.e")
     assert recursive.sources() == {"g.e"}
-    assert ("Recursive r through g.e; E's rows looked up by src from the seeds' dst  [derivations counted: "
+    assert ("Recursive r through g.e; E's rows looked up by src from the changes' keys  [derivations counted: "
             "insert-only changes evaluated semi-naively") in "\n".join(tree.explain())
 
 
@@ -75,15 +75,14 @@ def test_the_sql_dialect_keeps_ctes_where_they_are():
 
 def test_e_at_both_versions_and_r_old_are_computed_once_when_r_old_is_recursed():
     recursive = plan(PATHS, COLUMNS).items[0][1]
-    # E's table is read at every iteration of both recursions, r_old by both of them; the seeds
-    # apart: their keys look up the rows of E the recursions reach (``refresh/arranged_recursion``)
+    # E's table is read at every iteration of both recursions, r_old by both of them
     assert recursive.materialized_parts() == ["__trickle_e_delta", "__trickle_e_old", "__trickle_e_new",
-                                              "__trickle_old", "__trickle_base_delta", "__trickle_removed_seed",
-                                              "__trickle_removed", "__trickle_added_seed", "__trickle_added"]
+                                              "__trickle_old", "__trickle_base_delta", "__trickle_removed",
+                                              "__trickle_added"]
     recursive = replace(recursive, stored_old="(SELECT `src` AS `src`, `dst` AS `dst` FROM `s`.`t`) AS __stored")
     # r_old read from the stream table: E is read by one recursion each, at its versions
-    assert recursive.materialized_parts() == ["__trickle_e_delta", "__trickle_base_delta", "__trickle_removed_seed",
-                                              "__trickle_removed", "__trickle_added_seed", "__trickle_added"]
+    assert recursive.materialized_parts() == ["__trickle_e_delta", "__trickle_base_delta", "__trickle_removed",
+                                              "__trickle_added"]
     alone = plan("WITH RECURSIVE c(a, k) AS (SELECT e.src, 0 FROM g.e AS e UNION ALL SELECT c.a, c.k + 1 "
                  "FROM c AS c WHERE c.k < 2) SELECT c.a AS a, c.k AS k FROM c AS c", COLUMNS).items[0][1]
     # no step through a table: nothing is stepped from r_old, so it is neither computed nor named
@@ -92,14 +91,14 @@ def test_e_at_both_versions_and_r_old_are_computed_once_when_r_old_is_recursed()
     assert "__trickle_rec_old" not in alone.delta(at).sql(DIALECT)
 
 
-def test_a_recursion_through_the_rows_its_seed_reaches_is_unrolled_when_their_levels_are_few():
+def test_a_recursion_through_the_rows_the_changes_keys_reach_is_unrolled_when_their_levels_are_few():
     """With the rows of E the removed derivations reach bound (a view, and two levels), that
     recursion joins them twice in one statement, E's kept rows being those rows less E's removed
     ones; with the levels unknown it is Spark's recursion over them; unbound, over E."""
     recursive = plan(PATHS, COLUMNS).items[0][1]
     at = Versions(old={"g.e": 1}, new={"g.e": 2}, columns={"g.e": ["src", "dst"]}, use_cdf={"g.e": True})
 
-    for part in recursive.materialized_parts()[:6]:  # computed by then, as a refresh does
+    for part in recursive.materialized_parts()[:5]:  # computed by then, as a refresh does
         at = at.bind(recursive, part, f"{part}_view")
 
     def removed(v: Versions) -> str:
@@ -109,12 +108,13 @@ def test_a_recursion_through_the_rows_its_seed_reaches_is_unrolled_when_their_le
     assert "RECURSIVE" not in unrolled
     assert ("__trickle_removed_e AS (SELECT `src`, `dst`, CAST(1 AS BIGINT) AS __trickle_m FROM reached_view "
             "UNION ALL SELECT `src`, `dst`, -__trickle_m FROM __trickle_e_removed)") in unrolled
+    assert "__trickle_removed_0 AS (SELECT * FROM (SELECT `src`, `dst`, CAST(-__trickle_w AS BIGINT)" in unrolled
     assert ("__trickle_removed_1(`src`, `dst`, __trickle_n) AS (SELECT r.src, e.dst, `r`.__trickle_n * "
-            "`e`.__trickle_m AS __trickle_n FROM __trickle_removed_seed AS `r` JOIN __trickle_removed_e AS `e` "
+            "`e`.__trickle_m AS __trickle_n FROM __trickle_removed_0 AS `r` JOIN __trickle_removed_e AS `e` "
             "ON r.dst = e.src)") in unrolled
     assert "__trickle_removed_2(`src`, `dst`, __trickle_n) AS (SELECT r.src, e.dst" in unrolled
     assert "FROM __trickle_removed_1 AS `r` JOIN __trickle_removed_e AS `e`" in unrolled
-    assert ("__trickle_removed(`src`, `dst`, __trickle_n) AS (SELECT * FROM __trickle_removed_seed UNION ALL "
+    assert ("__trickle_removed(`src`, `dst`, __trickle_n) AS (SELECT * FROM __trickle_removed_0 UNION ALL "
             "SELECT * FROM __trickle_removed_1 UNION ALL SELECT * FROM __trickle_removed_2)") in unrolled
     assert "__trickle_removed_3" not in unrolled and "g.e" not in unrolled
     looped = removed(at.bind(recursive, "reach removed", ("reached_view", None)))

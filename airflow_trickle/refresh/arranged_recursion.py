@@ -52,8 +52,8 @@ class RecursionLookups:
     delta once it is computed (``refresh/differential.statement``), it returns the versions
     with what the part let it look up bound in -- after E's change, r's stored rows that change
     joins; after the base's change, the rows of E each recursion reaches -- or the versions
-    unchanged.  ``built`` collects the milliseconds
-    spent building arrangements (kept apart from the delta's cost)."""
+    unchanged.  ``built`` collects the milliseconds spent building arrangements (kept apart
+    from the delta's cost)."""
 
     def __init__(self, env, plan, scratch: list[str], built: list[int] | None = None):
         self.env, self.plan, self.scratch, self.built = env, plan, scratch, built
@@ -73,8 +73,9 @@ class RecursionLookups:
         only, so they need no other row -- Spark would scan the stream table for them, and
         first rebuild its snapshot after delta-rs's last commit (0.4-1 s at 100,000 rows)."""
         key: ReachKey | None = getattr(node, "reach_key", None)
-        if key is None or not node.stored_table or not self.plan.st.location or self.env.config.local_commit_max_rows <= 0:
+        if key is None or not node.stored_table or not self.plan.st.location:
             return v
+        from airflow_trickle.refresh.local_merge import why_not_writable
         from airflow_trickle.storage.deltalog import open_table
 
         stored_key = node.stored_columns[node.columns.index(key.self_key)]
@@ -83,6 +84,9 @@ class RecursionLookups:
             if keys is None:
                 return v
             table = open_table(self.env.catalog.at(self.plan.st.location))
+            why_not = why_not_writable(table)  # what delta-rs reads as Spark does: the tables it writes
+            if why_not:
+                raise Stale(f"delta-rs does not read the stream table as Spark does: {why_not}")
             kind = pa.schema(table.schema().to_arrow()).field(stored_key).type
             if len(keys) and not _comparable(keys.type, kind):
                 raise Stale(f"a key of type {kind} is not looked up here")

@@ -50,9 +50,9 @@ MAX_COUNTED_LEVELS = 100
 class RecursionLookups:
     """The lookups of one refresh's recursions: called with each part of a recursive CTE's
     delta once it is computed (``refresh/differential.statement``), it returns the versions
-    with what the part let it look up bound in -- after E's change, r's stored rows that change
-    joins; after the base's change, the rows of E each recursion reaches -- or the versions
-    unchanged.  ``built`` collects the milliseconds spent building arrangements (kept apart
+    with what the part let it look up bound in -- once E's change and the base's are computed,
+    r's stored rows E's change joins, and the rows of E each recursion reaches -- or the
+    versions unchanged.  ``built`` collects the milliseconds spent building arrangements (kept apart
     from the delta's cost)."""
 
     def __init__(self, env, plan, scratch: list[str], built: list[int] | None = None):
@@ -61,13 +61,29 @@ class RecursionLookups:
         self._ready: dict[int, object] = {}
 
     def __call__(self, node, part: str, view: str, v: Versions) -> Versions:
-        if part == "__trickle_e_delta":
-            return self._old_joined(node, view, v)
-        if part == "__trickle_base_delta":
-            return self._reach(node, view, v)
-        return v
+        key: ReachKey | None = getattr(node, "reach_key", None)
+        change_view = v.view_of(node, "__trickle_e_delta")
+        if part != "__trickle_base_delta" or key is None or change_view is None:
+            return v
+        # the keys both lookups need, in one statement over the two changes (small)
+        try:
+            rows = self.env.engine.collect(
+                f"SELECT DISTINCT * FROM (SELECT 0 AS __which, `{key.other_key}` AS __k FROM {change_view} "
+                f"UNION ALL SELECT 1, `{key.next_key or key.other_key}` FROM {change_view} "
+                f"UNION ALL SELECT 1, `{key.self_key}` FROM {view}) AS __keys WHERE __k IS NOT NULL "
+                f"LIMIT {2 * MAX_SEED_KEYS + 1}")
+        except Exception as err:  # noqa: BLE001 - an optimisation: the recursions read E and r
+            self.lines.append(f"{node.name}: the changes' keys not read ({type(err).__name__}: {err})")
+            log.info("%s: the changes' keys not read: %s", self.plan.st.name, err, exc_info=True)
+            return v
+        if len(rows) > 2 * MAX_SEED_KEYS:  # cut by the LIMIT: neither list is known whole
+            self.lines.append(f"{node.name}: more than {MAX_SEED_KEYS} keys in the changes; read by Spark")
+            return v
+        joined, reached = ([row[1] for row in rows if row[0] == which] for which in (0, 1))
+        v = self._old_joined(node, _keys(joined), v)
+        return self._reach(node, _keys(reached), v)
 
-    def _old_joined(self, node, change_view: str, v: Versions) -> Versions:
+    def _old_joined(self, node, keys: pa.Array | None, v: Versions) -> Versions:
         """``v`` with the stored rows of r that E's change can join (their key among the
         change's) read by delta-rs and bound: both seeds step r's old rows through E's change
         only, so they need no other row -- Spark would scan the stream table for them, and
@@ -80,9 +96,8 @@ class RecursionLookups:
 
         stored_key = node.stored_columns[node.columns.index(key.self_key)]
         try:
-            keys = _distinct_values(self.env, change_view, key.other_key)
             if keys is None:
-                return v
+                raise Stale(f"more than {MAX_SEED_KEYS} keys in E's change")
             table = open_table(self.env.catalog.at(self.plan.st.location))
             why_not = why_not_writable(table)  # what delta-rs reads as Spark does: the tables it writes
             if why_not:
@@ -105,23 +120,20 @@ class RecursionLookups:
         self.lines.append(f"{node.name}: {rows.num_rows} stored rows joined by E's change, read by delta-rs")
         return v.bind(node, "old joined", view)
 
-    def _reach(self, node, base_view: str, v: Versions) -> Versions:
+    def _reach(self, node, keys: pa.Array | None, v: Versions) -> Versions:
         """``v`` with the rows of E each recursion can reach bound (``"reach removed"`` at E's old
         version, ``"reach added"`` at its new), from every key a seed can hold: a seed row is a
         changed base row (its key in the base's change) or a row stepped through a changed row
         of E (carrying that row's next key, or, passed on, the key it joined by)."""
         key: ReachKey | None = getattr(node, "reach_key", None)
         arrangements = arrangements_of(self.env.config)
-        change_view = v.view_of(node, "__trickle_e_delta")
-        if key is None or arrangements is None or change_view is None:
+        if arrangements is None:
             return v
         source = node.other.name
         try:
             tables = _Tables(self.env, self.plan.st.name)
             if source not in tables.locations:
                 return v
-            keys = _distinct_values(self.env, f"(SELECT `{key.next_key or key.other_key}` AS __k FROM {change_view} "
-                                              f"UNION ALL SELECT `{key.self_key}` FROM {base_view}) AS __keys", "__k")
             if keys is None:
                 self.lines.append(f"{node.name}: more than {MAX_SEED_KEYS} keys in the changes; {source} scanned")
                 return v
@@ -161,14 +173,10 @@ class RecursionLookups:
         return self._ready[id(node)]
 
 
-def _distinct_values(env, view: str, column: str) -> pa.Array | None:
-    """The distinct non-NULL values of ``column`` in ``view``, or None when there are more
-    than :data:`MAX_SEED_KEYS`."""
-    rows = env.engine.collect(f"SELECT DISTINCT `{column}` FROM {view} WHERE `{column}` IS NOT NULL "
-                              f"LIMIT {MAX_SEED_KEYS + 1}")
-    if len(rows) > MAX_SEED_KEYS:
-        return None
-    return pa.array([row[0] for row in rows])
+def _keys(values: list) -> pa.Array | None:
+    """``values`` (distinct, not NULL) as an Arrow array, or None when there are more than
+    :data:`MAX_SEED_KEYS`."""
+    return None if len(values) > MAX_SEED_KEYS else pa.array(values)
 
 
 def reach(arranged, version: int, seeds: pa.Array, key: ReachKey) -> tuple[pa.Table, int | None]:

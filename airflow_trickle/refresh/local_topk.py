@@ -194,8 +194,8 @@ def resolved_top_k_changes(top: pa.Table, stored: pa.Table, schema: pa.Schema) -
 
 @dataclass(frozen=True)
 class LocalTopK:
-    """A top-K refresh's new rows, decided in this process (:func:`finish`): committed by
-    delta-rs on the stored table's ``version`` if it is still the newest."""
+    """A top-K refresh's new rows, decided in this process (``refresh/differential._top_k_here``):
+    committed by delta-rs on the stored table's ``version`` if it is still the newest."""
 
     top: pa.Table
     stored: pa.Table

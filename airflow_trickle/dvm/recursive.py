@@ -106,10 +106,9 @@ class Recursive(Node):
     #: A relation holding r at the old versions, when the stream table stores r itself (its
     #: rows then need no recursion from the base: see :func:`read_old_from_storage`).
     stored_old: str | None = None
-    #: The stream table holding r (``db.table``) and its columns in r's order, when
-    #: ``stored_old`` reads it: a refresh may read the few stored rows the seeds join instead
-    #: (:meth:`Versions.view_of` ``"old joined"``).
-    stored_table: str | None = None
+    #: The stream table's columns in r's order, when ``stored_old`` reads it (else empty): a
+    #: refresh may read the few stored rows the seeds join instead (:meth:`Versions.view_of`
+    #: ``"old joined"``).
     stored_columns: tuple[str, ...] = ()
 
     def sources(self) -> set[str]:
@@ -368,7 +367,7 @@ def read_old_from_storage(node: Node, stored: str, stored_columns: list[str]) ->
     renamed = ", ".join(f"`{s}` AS `{c}`" for s, c in zip(stored_columns, recursive.columns))
     db, table = stored.split(".", 1)
     reading_storage = replace(recursive, stored_old=f"(SELECT {renamed} FROM `{db}`.`{table}`) AS __stored",
-                              stored_table=stored, stored_columns=tuple(stored_columns))
+                              stored_columns=tuple(stored_columns))
     return replace(node, items=[(alias, reading_storage)])
 
 

@@ -89,7 +89,7 @@ class RecursionLookups:
         only, so they need no other row -- Spark would scan the stream table for them, and
         first rebuild its snapshot after delta-rs's last commit (0.4-1 s at 100,000 rows)."""
         key: ReachKey | None = getattr(node, "reach_key", None)
-        if key is None or not node.stored_table or not self.plan.st.location:
+        if key is None or not node.stored_columns or not self.plan.st.location:
             return v
         from airflow_trickle.refresh.local_merge import why_not_writable
         from airflow_trickle.storage.deltalog import open_table

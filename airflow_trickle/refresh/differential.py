@@ -107,9 +107,10 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
     ``versions``: the plan's, with what the refresh bound already (the inputs it probed:
     ``refresh/arranged.py``); ``probe_groups(block, versions)``, when given, returns the versions
     with the inputs of an aggregate's known touched groups probed too;
-    ``look_up_reach(recursive, part, its view, versions)``, called with each part computed, the
-    versions with what it let the refresh look up bound (the rows of E a recursion's seed reaches) (``refresh/arranged_recursion.py``).  The temporary views made on the way are named in ``scratch``
-    (dropped after the commit by :func:`drop_views`).  Raises
+    ``look_up_reach(recursive, part, its view, versions)``, called with each part of a recursive
+    CTE's delta once computed, the versions with what that part let the refresh look up bound
+    (``refresh/arranged_recursion.py``).  The temporary views made on the way are named in
+    ``scratch`` (dropped after the commit by :func:`drop_views`).  Raises
     :class:`~airflow_trickle.dvm.base.Unsupported` when the delta cannot be rendered.
     """
     v = versions or plan.versions

@@ -136,13 +136,15 @@ class Trickle:
         """
         from airflow_trickle.graph import cycle_members
         from airflow_trickle.model import RunMode
+        from airflow_trickle.storage.deltalog import reused_handles
 
         qualified = qualify_name(name)
         mode = RunMode.parse(mode or RunMode.AUTO, what="refresh mode", stream_table=qualified).requested
         self.sync()
-        members = cycle_members(self._graph(), qualified)
-        if not members:
-            return refresh_stream_table(self, qualified, mode=mode, initiated_by=initiated_by)
+        with reused_handles():  # the graph's catalog reads serve the refresh's too
+            members = cycle_members(self._graph(), qualified)
+            if not members:
+                return refresh_stream_table(self, qualified, mode=mode, initiated_by=initiated_by)
         from airflow_trickle.refresh.cycle import refresh_to_fixpoint
 
         fixpoint = refresh_to_fixpoint(self, members, mode=mode, initiated_by=initiated_by)

@@ -169,6 +169,57 @@ def test_reads_open_each_data_file_once_and_still_see_every_writer(tmp_path, mon
     assert [st.name for st in reader.list()] == ["db.newer"]
 
 
+def test_within_one_refresh_each_catalog_table_is_caught_up_once_and_its_own_writes_are_seen(tmp_path, monkeypatch):
+    """Inside ``reused_handles`` (one refresh) a catalog table's log is listed at its first read
+    and after this catalog writes, not at every read; its own writes -- an update, a history row
+    -- are read back at once; another writer's commit is seen from the next refresh on."""
+    from datetime import datetime, timedelta, timezone
+
+    from deltalake import DeltaTable as RealDeltaTable
+
+    from airflow_trickle.catalog.model import RefreshRecord
+    from airflow_trickle.storage.deltalog import reused_handles
+
+    root = str(tmp_path / "_trickle")
+    catalog, other = CatalogStore(root), CatalogStore(root)
+    for name in ("db.a", "db.b"):
+        other.insert(_row(name, "SELECT 1 AS x"), _edges(name, "db.src"))
+    catches = []
+    real = RealDeltaTable.update_incremental
+    monkeypatch.setattr(RealDeltaTable, "update_incremental", lambda self, *a, **k: catches.append(1) or real(self, *a, **k))
+
+    def set_query(text):
+        def change(st):
+            st.defining_query = text
+        return change
+
+    assert catalog.dependencies("db.a")  # both tables' handles opened, outside a refresh
+    with reused_handles():
+        catches.clear()
+        for _ in range(5):
+            assert [d.source_name for d in catalog.dependencies("db.a")] == ["db.src"]
+        assert len(catches) == 2  # stream_tables and dependencies, once each
+        other.update("db.b", set_query("SELECT 2 AS x"))  # another process, meanwhile
+        catalog.update("db.a", set_query("SELECT 3 AS x"))
+        assert catalog.get("db.a").defining_query == "SELECT 3 AS x"  # its own write, read back
+        # (its update read the newest version: the other writer's commit is in it too)
+        assert catalog.get("db.b").defining_query == "SELECT 2 AS x"
+        catalog.set_schema_fingerprint("db.a", "db.src", "f1")  # a write through a handle of its own
+        assert [d.schema_fingerprint for d in catalog.dependencies("db.a")] == ["f1"]
+        now = datetime.now(timezone.utc)
+        catalog.append_history(RefreshRecord(refresh_id="r1", st_name="db.a", seq=1, action="FULL", status="COMPLETED",
+                                             start_time=now, end_time=now))
+        assert [r.refresh_id for r in catalog.history("db.a")] == ["r1"]
+        later = now + timedelta(seconds=1)
+        other.append_history(RefreshRecord(refresh_id="r2", st_name="db.a", seq=2, action="FULL",
+                                           status="COMPLETED", start_time=later, end_time=later))
+        assert [r.refresh_id for r in catalog.history("db.a")] == ["r1"]  # as of its last catch-up
+    assert [r.refresh_id for r in catalog.history("db.a")] == ["r2", "r1"]  # the next reads see it
+    catches.clear()
+    catalog.get("db.a"), catalog.get("db.a")
+    assert len(catches) == 2  # outside a refresh, every read catches up
+
+
 def test_history_is_the_newest_rows_of_the_table_newest_first(tmp_path):
     from datetime import datetime, timedelta, timezone
 

@@ -95,16 +95,20 @@ class CatalogStore(DeltaTables):
         """Apply ``change`` to the stored row of ``name`` and write it back (retried on conflict)."""
 
         def attempt() -> StreamTable:
-            table = self._table("stream_tables")
-            rows = _select(table, "stream_tables", [("name", "=", name)], self._file_rows)
-            if not rows:
-                raise CatalogError(f"stream table {name!r} vanished from the catalog during an update")
-            st = StreamTable.from_row(rows[0])
-            change(st)
-            st.updated_at = utcnow()
-            (table.merge(self._arrow("stream_tables", [st.to_row()]), "t.name = s.name",
-                         source_alias="s", target_alias="t")
-             .when_matched_update_all().execute())
+            # through the kept handle, brought up to date (a fresh open replays the log: ~20 ms
+            # of every refresh); the lock keeps other threads' reads off it meanwhile
+            self.ensure()
+            with self._read_lock:
+                table = self._read_handle("stream_tables", newest=True)
+                rows = _select(table, "stream_tables", [("name", "=", name)], self._file_rows)
+                if not rows:
+                    raise CatalogError(f"stream table {name!r} vanished from the catalog during an update")
+                st = StreamTable.from_row(rows[0])
+                change(st)
+                st.updated_at = utcnow()
+                (table.merge(self._arrow("stream_tables", [st.to_row()]), "t.name = s.name",
+                             source_alias="s", target_alias="t")
+                 .when_matched_update_all().execute())
             return st
 
         result = self._retry(attempt, what=f"update {name}")

@@ -31,7 +31,7 @@ from airflow_trickle.dvm.delta_plan import KNOWN_GROUPS_LIMIT, DeltaPlan, PlanKi
 from airflow_trickle.model import CdcMode, SourceType, Strategy
 from airflow_trickle.names import HIDDEN_PREFIX
 from airflow_trickle.refresh.local_topk import LocalTopK
-from airflow_trickle.spark.delta import visible_columns
+from airflow_trickle.refresh.schema import source_visible_columns
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 def source_columns(env, st) -> dict[str, list[str]]:
     """The visible columns of every source of ``st`` as they are now (base tables through Spark)."""
     return columns_of_sources(env.catalog, st.name,
-                              lambda dep: [c for c, _ in visible_columns(env.spark, dep.source_name)])
+                              lambda dep: [c for c, _ in source_visible_columns(env, dep)])
 
 
 def columns_of_sources(catalog, name: str, base_table_columns) -> dict[str, list[str]]:

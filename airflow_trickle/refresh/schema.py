@@ -17,6 +17,33 @@ from airflow_trickle.spark.delta import schema_fingerprint, visible_columns
 
 log = logging.getLogger(__name__)
 
+#: ``(source, location) -> (its Delta schema as the log states it, its visible columns as Spark
+#: analysed them then)``: what :func:`source_visible_columns` remembers in this process.
+_ANALYSED: dict[tuple[str, str], tuple[str, list[tuple[str, str]]]] = {}
+
+
+def source_visible_columns(env, dep) -> list[tuple[str, str]]:
+    """The visible columns of the source ``dep`` reads and their Spark types, as it is now.
+
+    Spark's analysis of a table costs ~10 ms a source (a plan through py4j or Spark Connect)
+    and every refresh asks for it; the Delta schema in the source's log, read with the handle
+    the refresh opened for its versions (``storage.deltalog.reused_handles``), costs nothing and
+    changes whenever Spark's answer can.  So Spark is asked again only when the log's schema
+    differs from the one last analysed; a source delta-rs cannot open is always asked."""
+    from airflow_trickle.storage.deltalog import open_table
+
+    try:
+        logged = open_table(env.catalog.at(dep.source_location)).schema().to_json()
+    except Exception:  # noqa: BLE001 - no location, or not a table delta-rs reads: Spark alone says
+        return visible_columns(env.spark, dep.source_name)
+    key = (dep.source_name, dep.source_location)
+    seen = _ANALYSED.get(key)
+    if seen is not None and seen[0] == logged:
+        return list(seen[1])
+    columns = visible_columns(env.spark, dep.source_name)
+    _ANALYSED[key] = (logged, columns)
+    return list(columns)
+
 
 def source_schema_change(env, st: StreamTable) -> str | None:
     """Why ``st`` must be reinitialized because a source's schema changed, or None.
@@ -27,7 +54,7 @@ def source_schema_change(env, st: StreamTable) -> str | None:
     """
     changed = []
     for dep in env.catalog.dependencies(st.name):
-        columns = visible_columns(env.spark, dep.source_name)
+        columns = source_visible_columns(env, dep)
         fingerprint = schema_fingerprint(columns)
         if dep.schema_fingerprint in (None, fingerprint):
             continue
@@ -64,7 +91,7 @@ def stored_output(env, st: StreamTable) -> list[tuple[str, str]]:
 def remember_source_schemas(env, st: StreamTable) -> None:
     for dep in env.catalog.dependencies(st.name):
         env.catalog.set_schema_fingerprint(st.name, dep.source_name,
-                                           schema_fingerprint(visible_columns(env.spark, dep.source_name)))
+                                           schema_fingerprint(source_visible_columns(env, dep)))
 
 
 def storage_changes(env, st: StreamTable) -> bool:

@@ -34,6 +34,12 @@ def reused_handles():
             _scope.handles = None
 
 
+def reuse_scope() -> dict | None:
+    """The :func:`reused_handles` block this thread is in (an object that stays the same for the
+    whole block), or None outside one: what the catalog keys its once-a-refresh reads on."""
+    return getattr(_scope, "handles", None)
+
+
 def open_table(location: Location, *, fresh: bool = False):
     """The delta-rs handle of the Delta table at ``location`` (newest version), opened with its
     storage options (a plain string is refused: it would reach an object store without them).

@@ -219,6 +219,26 @@ def test_within_one_refresh_each_catalog_table_is_caught_up_once_and_its_own_wri
     catalog.get("db.a"), catalog.get("db.a")
     assert len(catches) == 2  # outside a refresh, every read catches up
 
+    # A catalog on an object store (no directory identity) opens its tables afresh at every
+    # read, except within one refresh: opened once there, and afresh after its own writes.
+    from airflow_trickle.catalog import tables
+
+    monkeypatch.setattr(tables, "_directory_identity", lambda path: None)
+    opens = []
+    monkeypatch.setattr(CatalogStore, "_table", lambda self, table, real=CatalogStore._table: opens.append(table) or real(self, table))
+    catalog.get("db.a"), catalog.get("db.a")
+    assert opens == ["stream_tables", "stream_tables"]
+    with reused_handles():
+        opens.clear()
+        for _ in range(3):
+            assert [d.source_name for d in catalog.dependencies("db.a")] == ["db.src"]
+        assert opens == ["stream_tables", "dependencies"]
+        catalog.update("db.a", set_query("SELECT 4 AS x"))
+        assert catalog.get("db.a").defining_query == "SELECT 4 AS x"
+        other.update("db.b", set_query("SELECT 5 AS x"))
+        assert catalog.get("db.b").defining_query == "SELECT 2 AS x"  # as of its last read
+    assert catalog.get("db.b").defining_query == "SELECT 5 AS x"
+
 
 def test_history_is_the_newest_rows_of_the_table_newest_first(tmp_path):
     from datetime import datetime, timedelta, timezone

@@ -97,7 +97,6 @@ class CatalogStore(DeltaTables):
         def attempt() -> StreamTable:
             # through the kept handle, brought up to date (a fresh open replays the log: ~20 ms
             # of every refresh); the lock keeps other threads' reads off it meanwhile
-            self.ensure()
             with self._read_lock:
                 table = self._read_handle("stream_tables", newest=True)
                 rows = _select(table, "stream_tables", [("name", "=", name)], self._file_rows)

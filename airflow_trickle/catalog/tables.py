@@ -117,10 +117,9 @@ class DeltaTables:
 
         Inside one refresh (``storage.deltalog.reused_handles``) a handle is brought up to date
         (or, on an object store, opened) once, and again only after a write through this
-        catalog: a refresh reads the catalog
-        a dozen times (its dependencies alone six times, two tables each), and each catch-up
-        lists the table's log, ~2 ms (24 of them, ~50 ms of a FULL refresh's ~0.2 s outside
-        Spark, TPC-H SF 3).  Its reads then see the catalog as of its first read, plus its own
+        catalog: a refresh reads the catalog a dozen times (its dependencies alone six times,
+        two tables each), and each catch-up lists the table's log, ~2 ms (24 of them, ~50 ms of
+        a FULL refresh's ~0.2 s outside Spark, TPC-H SF 3).  Its reads then see the catalog as of its first read, plus its own
         writes; its own row cannot change meanwhile (one writer at a time, ``storage/lease.py``).
         ``newest``: brought up to date whatever the scope (a read-modify-write reads through it)."""
         from airflow_trickle.storage.deltalog import reuse_scope
@@ -128,9 +127,10 @@ class DeltaTables:
         scope = reuse_scope()
         identity = _directory_identity(self.path(table))
         kept = self._handles.get(table)
-        if kept is not None and kept[0] == identity and scope is not None and kept[2] is scope and not newest:
+        same = kept is not None and kept[0] == identity
+        if same and scope is not None and kept[2] is scope and not newest:
             return kept[1]  # opened or caught up in this refresh already (on an object store too)
-        if kept is not None and identity is not None and kept[0] == identity:
+        if same and identity is not None:
             try:
                 kept[1].update_incremental()
                 self._handles[table] = (identity, kept[1], scope)

@@ -78,9 +78,10 @@ class DeltaPlan:
 
         return block.affected_groups_with_values(v, values=True).limit(KNOWN_GROUPS_LIMIT + 1).sql(DIALECT)
 
-    def candidates_sql(self, v: Versions) -> str:
-        """The top-K's candidates: the stored rows plus the query's delta."""
-        return self.top_k.candidates_sql(self.st.name, v)
+    def candidates_sql(self, v: Versions, stored_rows: str | None = None) -> str:
+        """The top-K's candidates: the stored rows (read from the relation ``stored_rows`` when
+        given, else from the stored table) plus the query's delta."""
+        return self.top_k.candidates_sql(self.st.name, v, stored_rows)
 
     def probe_sql(self, v: Versions, candidates: str) -> str:
         """A one-row query: whether the candidates (the relation ``candidates``) still cover the

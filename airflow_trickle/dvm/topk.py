@@ -96,10 +96,15 @@ class TopK(Node):
                   in (("old", -1, "__old"), ("new", 1, "__new"))]
         return union_all(signed)
 
-    def candidates_sql(self, target: str, v: Versions) -> str:
-        """C = S ⊎ ΔQ, consolidated: each content with its positive count ``__n``."""
+    def candidates_sql(self, target: str, v: Versions, stored_rows: str | None = None) -> str:
+        """C = S ⊎ ΔQ, consolidated: each content with its positive count ``__n``.
+
+        ``stored_rows`` names a relation holding S already (the stored rows read by delta-rs:
+        Spark reading ``target`` after a delta-rs commit rebuilds its snapshot first, in jobs of
+        its own); else S is read from ``target``."""
         cols = column_list(self.columns)
-        stored = f"SELECT {cols}, CAST(1 AS BIGINT) AS {W} FROM {quote_name(target)}"
+        stored = (f"SELECT {cols}, CAST(1 AS BIGINT) AS {W} FROM "
+                  f"{f'`{stored_rows}`' if stored_rows else quote_name(target)}")
         delta = f"SELECT {cols}, {W} FROM ({self.child.delta_sql(v)}) AS __trickle_dq"
         return (f"SELECT {cols}, SUM({W}) AS __n FROM ({stored} UNION ALL {delta}) AS __trickle_c "
                 f"GROUP BY {cols} HAVING SUM({W}) > 0")

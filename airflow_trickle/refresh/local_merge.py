@@ -337,7 +337,7 @@ def resolve_by_stored_rows(spark, table, parts: Resolution, columns: list[tuple[
         ids = pc.unique(_identities(changes, parts))
         stored = table.to_pyarrow_dataset().to_table(columns=names, filter=pc.field(ROW_ID).isin(ids))
         source = frame_of(spark, changes, schema=source.schema)
-    return _resolved(spark, source, frame_of(spark, stored, schema=_struct(columns)), parts, max_rows)
+    return _resolved(spark, source, frame_of(spark, stored, schema=spark_schema(columns)), parts, max_rows)
 
 
 def at_most(frame, max_rows: int):
@@ -404,7 +404,7 @@ def resolve_reading_stored_rows(spark, table, parts: Resolution, columns: list[t
         keys = pc.drop_null(keys.column(0))
         stored = table.to_pyarrow_dataset().to_table(columns=names, filter=pc.field(ROW_ID).isin(keys))
     engine, view = SparkEngine(spark), f"__trickle_stored_{table.version()}_{id(stored)}"
-    stored_frame = engine.local_relation(stored, view, schema=_struct(columns))
+    stored_frame = engine.local_relation(stored, view, schema=spark_schema(columns))
     try:
         for read in list(source_tree.find_all(exp.Table)):
             if _same_table(read, parts.target):
@@ -478,7 +478,7 @@ def _stored_rows(table) -> float:
     return float("inf") if None in counts else sum(counts)
 
 
-def _struct(columns: list[tuple[str, str]]):
+def spark_schema(columns: list[tuple[str, str]]):
     """The Spark schema of ``columns`` (names and the Spark SQL types :func:`spark_type` gives)."""
     from pyspark.sql import types as T
 

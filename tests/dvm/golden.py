@@ -33,8 +33,10 @@ from airflow_trickle.sql.parse import DIALECT
 
 #: The view name a refresh gives the materialized top-K candidates, in the golden SQL.
 CANDIDATES_VIEW = "__trickle_candidates_0"
+#: The view name a refresh gives the stored top-K rows read by delta-rs, in the golden SQL.
+STORED_VIEW = "__trickle_stored_0"
 
-OUTPUTS = ("delta", "merge", "merge-beyond", "probe", "candidates", "probe-over-candidates",
+OUTPUTS = ("delta", "merge", "merge-beyond", "probe", "candidates", "candidates-over-stored", "probe-over-candidates",
            "merge-over-candidates", "append", "full")
 _SOURCE = re.compile(r"\s*([\w.]+)\(([^)]*)\)\s*")
 
@@ -104,6 +106,8 @@ def compile_case(case: Case) -> str:
         return plan_refresh(st, versions).probe_sql(versions, CANDIDATES_VIEW)
     if case.output == "candidates":  # what a refresh materializes once for the probe and the MERGE
         return plan_refresh(st, versions).candidates_sql(versions)
+    if case.output == "candidates-over-stored":  # the stored rows handed to Spark (read by delta-rs)
+        return plan_refresh(st, versions).candidates_sql(versions, STORED_VIEW)
     if case.output == "append":
         return bag_append_sql(st.name, st.output_columns, node.delta_sql(versions), seq=7)
     if case.output == "full":

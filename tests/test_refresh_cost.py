@@ -1,6 +1,7 @@
 """The cost model, the insert-only check and the shape of the generated delta SQL: no JVM."""
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -11,7 +12,7 @@ from airflow_trickle.storage.deltalog import insert_only_commits
 from airflow_trickle.dvm.delta_plan import plan_refresh
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
-from airflow_trickle.model import StorageLayout
+from airflow_trickle.model import Action, StorageLayout
 from airflow_trickle.refresh.cost import (REMEASURE_AFTER, ChangeEstimate, ObservedTimes, delta_planner,
                                           full_is_cheaper, observed_fanout, observed_times, slower_than_full)
 from airflow_trickle.refresh.phases import PhaseClock, format_phases
@@ -41,15 +42,47 @@ def test_empty_stream_table_never_blocks_differential():
     assert full_is_cheaper(estimate, **LIMITS) is None
 
 
-@pytest.mark.parametrize("record,fanout", [
-    (None, 1.0),
-    ({"changed_rows": 0, "metrics": {}}, 1.0),
-    ({"changed_rows": 4, "metrics": {"numTargetRowsInserted": "10"}}, 1.0),  # not a MERGE's full metrics
-    ({"changed_rows": 4, "metrics": {"numTargetRowsInserted": "2", "numTargetRowsUpdated": "5",
-                                     "numTargetRowsDeleted": "1"}}, 2.0),
+MERGED = {"changed_rows": 4, "metrics": {"numTargetRowsInserted": "2", "numTargetRowsUpdated": "5",
+                                         "numTargetRowsDeleted": "1"}}
+OVERWRITTEN = {"changed_rows": 28_000, "metrics": {"numOutputRows": "553"}}  # a FULL's commit: no MERGE metrics
+
+
+@pytest.mark.parametrize("records,fanout", [
+    ([], None),
+    ([{"changed_rows": 0, "metrics": {}}], None),
+    ([{"changed_rows": 4, "metrics": {"numTargetRowsInserted": "10"}}], None),  # not a MERGE's full metrics
+    ([MERGED], 2.0),
+    ([OVERWRITTEN, OVERWRITTEN, MERGED], 2.0),  # FULL refreshes since measure nothing: passed over
+    ([OVERWRITTEN], None),
 ])
-def test_observed_fanout_from_the_newest_refresh_commit(record, fanout):
-    assert observed_fanout(record) == fanout
+def test_observed_fanout_from_the_newest_refresh_commit_that_measured_it(records, fanout):
+    assert observed_fanout(records) == fanout
+
+
+def test_a_fanout_no_refresh_measured_is_assumed_and_measured_after_fulls_in_a_row():
+    """TPC-H q20 at SF 3 (553 stored rows, ~28,000 changed source rows a cycle) went FULL by an
+    assumed fan-out of 1, and its FULL commits -- which measure nothing -- were then read as a
+    fan-out of 1 again: it never ran its delta.  Now the assumption says so, and after
+    REMEASURE_AFTER FULL refreshes in a row the delta runs once to measure it."""
+    from airflow_trickle.config import TrickleConfig
+    from airflow_trickle.options import TableOptions
+    from airflow_trickle.refresh.decide import Decision, by_cost_model
+
+    st = SimpleNamespace(name="s.q20", options=TableOptions(), storage=StorageLayout(),
+                         defining_query="SELECT a FROM s.t", mode_reason=None)
+    asked = Decision(Action.DIFFERENTIAL, None, {"s.t": 9})
+    unmeasured = ChangeEstimate(changed_rows=28_000, source_rows=18_000_000, stored_rows=553)
+    fulls = ObservedTimes(full_ms=2_300, fulls_since=REMEASURE_AFTER - 1)
+    decided = by_cost_model(asked, st, unmeasured, fulls, TrickleConfig())
+    assert decided.action == Action.FULL
+    assert "(fan-out 1 per changed source row, assumed: no refresh has measured it yet)" in decided.reason
+    again = by_cost_model(asked, st, unmeasured, replace(fulls, fulls_since=REMEASURE_AFTER), TrickleConfig())
+    assert again.action == Action.DIFFERENTIAL
+    # a measured fan-out decides, however many FULL refreshes ran since
+    measured = replace(unmeasured, fanout=1.2)
+    decided = by_cost_model(asked, st, measured, replace(fulls, fulls_since=50), TrickleConfig())
+    assert decided.action == Action.FULL and "as observed on the last refresh that measured it" in decided.reason
+    assert by_cost_model(asked, st, replace(unmeasured, fanout=0.004), fulls, TrickleConfig()).action == Action.DIFFERENTIAL
 
 
 def _record(action, commit_ms=None, *, changed=None, status="COMPLETED", plan_ms=0, planner=None):

@@ -64,25 +64,25 @@ class Applied:
 
 
 def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str,
-                  data_timestamp, clock: PhaseClock | None = None, newest: dict | None = None,
+                  data_timestamp, clock: PhaseClock | None = None, fanout: float | None = None,
                   reason: str | None = None) -> Applied:
     """Compute and commit the change for ``action``; then record the new state in the catalog.
 
-    ``newest`` is the record of the storage table's newest refresh commit: the fan-out it
-    observed feeds the cost model.  The action may change on the way, as ``decide.py`` says:
+    ``fanout`` is the one the newest refresh commit that measured it observed (None: none did;
+    ``decide.recover_frontier``): it feeds the cost model.  The action may change on the way, as ``decide.py`` says:
     to REINITIALIZE when a source's schema changed the output, to FULL when the cost model or
     the delta says so.
     """
     scratch: list[str] = []  # temporary views the commit reads (a top-K's candidates)
     try:
         return _apply(env, st, Decision(Action(action), reason, current), refresh_id=refresh_id,
-                      data_timestamp=data_timestamp, clock=clock or PhaseClock(), newest=newest, scratch=scratch)
+                      data_timestamp=data_timestamp, clock=clock or PhaseClock(), fanout=fanout, scratch=scratch)
     finally:
         drop_views(env, scratch)
 
 
 def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_timestamp, clock: PhaseClock,
-           newest: dict | None, scratch: list[str]) -> Applied:
+           fanout: float | None, scratch: list[str]) -> Applied:
     seq = st.refresh_seq + 1
     current, asked = decision.current, decision.action
     if decision.action != Action.REINITIALIZE:
@@ -92,7 +92,7 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
             env.catalog.update(st.name, lambda row: setattr(row, "needs_reinit", True))
         decision = after_schema_check(decision, changed)
     with clock.phase("versions"):
-        estimate = change_estimate(env.catalog, st, current, newest)
+        estimate = change_estimate(env.catalog, st, current, fanout)
         # what the table's own refreshes took; not for a strict table, which asked for the delta
         # whatever it costs (a measured time, unlike an estimate, is no reason to refuse it)
         observed = (recent_times(env, st) if decision.action == Action.DIFFERENTIAL and estimate is not None

@@ -3,17 +3,20 @@
 A delta's cost follows the rows it *touches* in the stream table, not the rows that changed in
 the sources: 1,000 changed source rows that reach every group of an aggregate joined back to
 its detail rows re-emit the whole detail.  Delta keeps no distinct counts, so the fan-out
-(stream-table rows touched per changed source row) is taken from what the newest refresh
-actually did: its commit records the changed source rows it consumed, and the MERGE's own
-metrics say how many stored rows it inserted, updated or deleted.  Until a refresh has been
-observed the fan-out is 1.
+(stream-table rows touched per changed source row) is taken from what the newest refresh that
+measured it actually did: its commit records the changed source rows it consumed, and the
+MERGE's own metrics say how many stored rows it inserted, updated or deleted (an overwrite's
+commit says neither, so a FULL refresh measures nothing).  Until a refresh has measured it the
+fan-out is assumed to be 1 -- and after :data:`REMEASURE_AFTER` FULL refreshes in a row under
+that assumption, a DIFFERENTIAL runs to measure it: otherwise a table sent FULL by the assumed
+fan-out would never learn its own.
 
 >>> e = ChangeEstimate(changed_rows=1_000, source_rows=1_000_000, stored_rows=10_000, fanout=0.65)
 >>> e.touched_rows, full_is_cheaper(e, max_change_ratio=0.15, max_touched_ratio=0.5) is None
 (650, True)
 >>> d = ChangeEstimate(changed_rows=1_000, source_rows=1_000_000, stored_rows=450_000, fanout=450.0)
 >>> print(full_is_cheaper(d, max_change_ratio=0.15, max_touched_ratio=0.5))
-expected to touch ~450,000 of 450,000 stored rows (fan-out 450 per changed source row, as observed on the last refresh); recomputing is cheaper
+expected to touch ~450,000 of 450,000 stored rows (fan-out 450 per changed source row, as observed on the last refresh that measured it); recomputing is cheaper
 """
 from __future__ import annotations
 
@@ -32,26 +35,37 @@ class ChangeEstimate:
     changed_rows: int  # source rows changed in the window, from the sources' commit metrics
     source_rows: int  # rows in the sources now (file statistics)
     stored_rows: int  # rows in the stream table now
-    fanout: float = 1.0  # stored rows touched per changed source row, last observed
+    #: Stored rows touched per changed source row, as the newest refresh that measured it saw;
+    #: None when none of the recorded ones did (then 1 is assumed).
+    fanout: float | None = None
 
     @property
     def touched_rows(self) -> int:
-        return int(round(self.changed_rows * self.fanout))
+        return int(round(self.changed_rows * (1.0 if self.fanout is None else self.fanout)))
 
 
-def observed_fanout(record: dict | None) -> float:
-    """Stored rows touched per changed source row in a refresh commit's record (1.0 if unknown).
+def observed_fanout(records: list[dict]) -> float | None:
+    """Stored rows touched per changed source row, from the newest refresh commit that says it;
+    None when none does.
 
-    ``record`` is one entry of :func:`airflow_trickle.storage.deltalog.recorded_refreshes`: the
-    refresh's own metadata (``changed_rows``) plus the commit's ``metrics``.
+    ``records`` are :func:`airflow_trickle.storage.deltalog.recorded_refreshes`' entries, newest
+    first: a refresh's own metadata (``changed_rows``) plus its commit's ``metrics``.  Only a
+    MERGE's metrics say how many stored rows it touched; an overwrite's (a FULL refresh) do not,
+    and it is passed over -- taking it for a fan-out of 1 kept a table FULL for good.
+
+    >>> merge = {"changed_rows": 4, "metrics": {"numTargetRowsInserted": "2", "numTargetRowsUpdated": "5",
+    ...                                         "numTargetRowsDeleted": "1"}}
+    >>> observed_fanout([{"changed_rows": 9, "metrics": {"numOutputRows": "553"}}, merge])
+    2.0
+    >>> observed_fanout([{"changed_rows": 9, "metrics": {}}]) is None
+    True
     """
-    if not record:
-        return 1.0
-    changed = record.get("changed_rows")
-    metrics = record.get("metrics") or {}
-    if not changed or not all(key in metrics for key in _TOUCHED_METRICS):
-        return 1.0
-    return touched_rows(metrics) / int(changed)
+    for record in records:
+        changed = record.get("changed_rows")
+        metrics = record.get("metrics") or {}
+        if changed and all(key in metrics for key in _TOUCHED_METRICS):
+            return touched_rows(metrics) / int(changed)
+    return None
 
 
 def touched_rows(metrics: dict) -> int:
@@ -88,9 +102,10 @@ def full_is_cheaper(estimate: ChangeEstimate, *, max_change_ratio: float, max_to
     if ratio > max_change_ratio:
         return f"change ratio {ratio:.2f} exceeds differential_max_change_ratio {max_change_ratio:g}; recomputed"
     if estimate.stored_rows > 0 and estimate.touched_rows > max_touched_ratio * estimate.stored_rows:
+        fanout = ("1 per changed source row, assumed: no refresh has measured it yet" if estimate.fanout is None
+                  else f"{estimate.fanout:.3g} per changed source row, as observed on the last refresh that measured it")
         return (f"expected to touch ~{estimate.touched_rows:,} of {estimate.stored_rows:,} stored rows "
-                f"(fan-out {estimate.fanout:.3g} per changed source row, as observed on the last refresh); "
-                "recomputing is cheaper")
+                f"(fan-out {fanout}); recomputing is cheaper")
     return None
 
 

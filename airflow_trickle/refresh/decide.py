@@ -19,13 +19,13 @@ import logging
 from dataclasses import dataclass, replace
 
 from airflow_trickle.catalog import StreamTable
-from airflow_trickle.storage.deltalog import (changed_rows, latest_version, newest_refresh, only_empty_commits,
+from airflow_trickle.storage.deltalog import (changed_rows, latest_version, newest_of, only_empty_commits,
                                       recorded_refreshes, row_count)
 from airflow_trickle.dvm.planner import is_top_k
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
 from airflow_trickle.model import Action, RefreshMode, RunMode, SourceType, Status
-from airflow_trickle.refresh.cost import (ChangeEstimate, ObservedTimes, full_is_cheaper, observed_fanout,
-                                          slower_than_full, touched_rows_matter)
+from airflow_trickle.refresh.cost import (REMEASURE_AFTER, ChangeEstimate, ObservedTimes, full_is_cheaper,
+                                          observed_fanout, slower_than_full, touched_rows_matter)
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,9 @@ class Loaded:
     st: StreamTable
     #: What :func:`recover_frontier` repaired, or None.
     recovered: str | None
-    #: The storage table's newest refresh commit record (its fan-out feeds the cost model).
-    newest: dict | None
+    #: Stored rows touched per changed source row, from the newest refresh commit that measured
+    #: it (:func:`~airflow_trickle.refresh.cost.observed_fanout`; None: none did).  Feeds the cost model.
+    fanout: float | None
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def choose_action(st: StreamTable, current: dict[str, int], requested: RunMode |
     return Action.DIFFERENTIAL, None
 
 
-def change_estimate(catalog, st: StreamTable, current: dict[str, int], newest: dict | None) -> ChangeEstimate | None:
+def change_estimate(catalog, st: StreamTable, current: dict[str, int], fanout: float | None) -> ChangeEstimate | None:
     """The change of the window ``st.frontier -> current`` as the cost model sees it (Delta logs
     only: the sources' commit metrics and file statistics), or None when the logs cannot say."""
     changed = total = 0
@@ -143,7 +144,7 @@ def change_estimate(catalog, st: StreamTable, current: dict[str, int], newest: d
     except Exception:  # noqa: BLE001 - safe: without an estimate the delta runs (no FULL fallback)
         log.debug("%s: no change estimate", st.name, exc_info=True)
         return None
-    return ChangeEstimate(changed_rows=changed, source_rows=total, stored_rows=stored, fanout=observed_fanout(newest))
+    return ChangeEstimate(changed_rows=changed, source_rows=total, stored_rows=stored, fanout=fanout)
 
 
 def recover_frontier(catalog, st: StreamTable) -> Loaded:
@@ -152,9 +153,10 @@ def recover_frontier(catalog, st: StreamTable) -> Loaded:
     A refresh killed after its data commit but before its catalog update left the catalog one
     refresh behind; the frontier in the data commit is the truth.
     """
-    newest = newest_refresh(catalog.at(st.location))
+    records = recorded_refreshes(catalog.at(st.location))
+    newest, fanout = newest_of(records), observed_fanout(records)
     if newest is None or newest["seq"] <= st.refresh_seq:
-        return Loaded(st, None, newest)
+        return Loaded(st, None, fanout)
 
     def repair(row: StreamTable) -> None:
         row.frontier = {k: int(v) for k, v in newest["frontier"].items()}
@@ -165,7 +167,7 @@ def recover_frontier(catalog, st: StreamTable) -> Loaded:
     repaired = catalog.update(st.name, repair)
     recovered = f"recovered frontier of refresh {newest['seq']} from storage commit {newest['version']}"
     log.warning("%s: %s", st.name, recovered)
-    return Loaded(repaired, recovered, newest)
+    return Loaded(repaired, recovered, fanout)
 
 
 # -- the action made final: every change of action a refresh makes is chosen here ----------------
@@ -184,11 +186,14 @@ def by_cost_model(decision: Decision, st: StreamTable, estimate: ChangeEstimate 
     if decision.action != Action.DIFFERENTIAL or not estimate:
         return decision
     options = st.options
+    # A fan-out no refresh has measured is assumed to be 1; after REMEASURE_AFTER FULL refreshes
+    # in a row the delta runs once to measure it (else the assumption would decide for good).
+    remeasure = estimate.fanout is None and observed is not None and observed.fulls_since >= REMEASURE_AFTER
     too_costly = full_is_cheaper(
         estimate, max_change_ratio=options.ratio("differential_max_change_ratio", config),
         max_touched_ratio=(options.ratio("differential_max_touched_ratio", config)
                            if touched_rows_matter(st.storage.strategy, top_k=is_top_k(st.defining_query))
-                           else float("inf")))
+                           and not remeasure else float("inf")))
     if not too_costly and observed is not None:
         too_costly = slower_than_full(estimate.changed_rows, observed,
                                       max_time_ratio=options.ratio("differential_max_time_ratio", config))

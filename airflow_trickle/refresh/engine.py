@@ -140,7 +140,7 @@ def _refresh(env: Environment, name: str, requested: RunMode | None, initiated_b
             return run.finish_without_spark(decision)
         run.clock.track_jobs(env.engine, f"airflow_trickle-{run.refresh_id}")
         applied = apply_refresh(env, st, decision.action, decision.current, refresh_id=run.refresh_id,
-                                data_timestamp=run.start_time, clock=run.clock, newest=run.loaded.newest)
+                                data_timestamp=run.start_time, clock=run.clock, fanout=run.loaded.fanout)
     except Exception as err:  # noqa: BLE001 - every failure is recorded, then raised naming the stream table
         run.clock.close()
         failure = err if isinstance(err, TrickleError) else RefreshError(

@@ -104,9 +104,12 @@ def newest_refresh(location: Location) -> dict | None:
     The newest commit decides: after a group rollback, a RESTORE commit (carrying the restored
     frontier under a higher number) supersedes the refresh it undid.
     """
-    records = [r for r in recorded_refreshes(location)
-               if isinstance(r.get("seq"), int)]
-    return max(records, key=lambda r: r["version"], default=None)
+    return newest_of(recorded_refreshes(location))
+
+
+def newest_of(records: list[dict]) -> dict | None:
+    """The newest refresh (by commit version) among :func:`recorded_refreshes`' ``records``."""
+    return max((r for r in records if isinstance(r.get("seq"), int)), key=lambda r: r["version"], default=None)
 
 
 def commit_time(commit: dict | None):

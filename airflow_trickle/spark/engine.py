@@ -92,14 +92,17 @@ class SparkEngine:
                 kind = pa.binary()
             fields.append(pa.field(f.name, kind, nullable=True))
         plain = pa.schema(fields)
-        if schema is not None:
-            frame = frame_of(self.spark, rows.cast(plain), schema=schema)
-        elif rows.num_rows:
-            frame = frame_of(self.spark, rows.cast(plain))
-        else:  # nothing to infer a schema from
+        if schema is None and not rows.num_rows:
+            # Nothing to infer a schema from: Arrow's own, given.  Not ``createDataFrame([], ...)``,
+            # which makes an RDD of Python rows -- Spark starts Python workers to read it (3.9 s
+            # the first time in a process, 0.3 s after, on two cores).
             from pyspark.sql.pandas.types import from_arrow_schema
 
-            frame = self.spark.createDataFrame([], from_arrow_schema(plain))
+            schema = from_arrow_schema(plain)
+        if schema is not None:
+            frame = frame_of(self.spark, rows.cast(plain), schema=schema)
+        else:
+            frame = frame_of(self.spark, rows.cast(plain))
         frame.createOrReplaceTempView(view)
         return frame
 

@@ -69,9 +69,9 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
     """Compute and commit the change for ``action``; then record the new state in the catalog.
 
     ``fanout`` is the one the newest refresh commit that measured it observed (None: none did;
-    ``decide.recover_frontier``): it feeds the cost model.  The action may change on the way, as ``decide.py`` says:
-    to REINITIALIZE when a source's schema changed the output, to FULL when the cost model or
-    the delta says so.
+    ``decide.recover_frontier``): it feeds the cost model.  The action may change on the way, as
+    ``decide.py`` says: to REINITIALIZE when a source's schema changed the output, to FULL when
+    the cost model or the delta says so.
     """
     scratch: list[str] = []  # temporary views the commit reads (a top-K's candidates)
     try:

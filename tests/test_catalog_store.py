@@ -225,7 +225,8 @@ def test_within_one_refresh_each_catalog_table_is_caught_up_once_and_its_own_wri
 
     monkeypatch.setattr(tables, "_directory_identity", lambda path: None)
     opens = []
-    monkeypatch.setattr(CatalogStore, "_table", lambda self, table, real=CatalogStore._table: opens.append(table) or real(self, table))
+    monkeypatch.setattr(CatalogStore, "_table",
+                        lambda self, table, real=CatalogStore._table: opens.append(table) or real(self, table))
     catalog.get("db.a"), catalog.get("db.a")
     assert opens == ["stream_tables", "stream_tables"]
     with reused_handles():

@@ -119,8 +119,9 @@ class DeltaTables:
         (or, on an object store, opened) once, and again only after a write through this
         catalog: a refresh reads the catalog a dozen times (its dependencies alone six times,
         two tables each), and each catch-up lists the table's log, ~2 ms (24 of them, ~50 ms of
-        a FULL refresh's ~0.2 s outside Spark, TPC-H SF 3).  Its reads then see the catalog as of its first read, plus its own
-        writes; its own row cannot change meanwhile (one writer at a time, ``storage/lease.py``).
+        a FULL refresh's ~0.2 s outside Spark, TPC-H SF 3).  Its reads then see the catalog as
+        of its first read, plus its own writes; its own row cannot change meanwhile (one writer
+        at a time, ``storage/lease.py``).
         ``newest``: brought up to date whatever the scope (a read-modify-write reads through it)."""
         from airflow_trickle.storage.deltalog import reuse_scope
 

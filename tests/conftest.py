@@ -58,8 +58,9 @@ SPARK_MODES = ("classic", "connect")
 #: is scheduling, not parallelism, where two test processes share two cores (the same test:
 #: 235.6 s of JVM CPU with two, 221.0 s with one).  The driver maps Spark's classes from a
 #: class-data archive where ``run-tests.sh`` made one (``tests/helpers/class_archive.py``).
+#: No Spark UI either (a web server per JVM that no test reads).
 #: The product keeps Spark's defaults, and the example and the product's benchmarks run with them.
-TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false",
+TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false", "spark.ui.enabled": "false",
                      "spark.driver.extraJavaOptions": f"-XX:+UseParallelGC {class_archive.java_options()}".strip(),
                      "spark.databricks.delta.stats.skipping": "false",
                      "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -67,8 +68,8 @@ TINY_TABLES_SPARK = {"spark.sql.adaptive.enabled": "false",
                      "spark.sql.shuffle.partitions": "1", "spark.databricks.delta.snapshotPartitions": "1",
                      "spark.default.parallelism": "1"}
 #: A Spark a test's child process starts for itself (a second application, a racing or killed
-#: worker): the tiny tables' settings, no UI.
-CHILD_SPARK = {**TINY_TABLES_SPARK, "spark.ui.enabled": "false"}
+#: worker): the tiny tables' settings.
+CHILD_SPARK = dict(TINY_TABLES_SPARK)
 #: The settings of a Spark service a test starts (``start_detached(..., settings=...)``).
 #: Both compilers again (a later -XX flag wins over JDK_JAVA_OPTIONS'), for a Spark that serves
 #: a test process or a module throughout.
@@ -95,7 +96,7 @@ def pytest_configure(config):
 #: Seconds each long Spark module took on 2 cores (run-tests.sh, December 2026), to order the
 #: xdist groups longest first: a long group started last would leave the other process idle.
 LONG_MODULES = {"test_dvm_oracle.py": 360, "test_tpch.py": 215, "test_cascade.py": 235,
-                "test_service.py": 230, "test_dvm_oracle_joins.py": 140, "test_airflow_example.py": 235,
+                "test_service.py": 230, "test_dvm_oracle_joins.py": 140, "test_airflow_example.py": 170,
                 "test_differential.py": 150, "test_lifecycle.py": 160, "test_recursive.py": 70, "test_repair.py": 30,
                 "test_airflow_live.py": 185, "test_object_storage.py": 360, "test_metastore.py": 70,
                 "test_arranged_joins.py": 55}

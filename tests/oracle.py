@@ -7,6 +7,7 @@ on the sources (which are exactly at the refreshed frontier: nothing else writes
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections import Counter
@@ -25,6 +26,46 @@ def normalize(value):
     if isinstance(value, Decimal):
         return value.normalize()
     return value
+
+
+def _hashable(value):
+    """A value read back from JSON, hashable (an array as a tuple, a struct as sorted pairs)."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def rows_of(parts: list) -> dict:
+    """The rows of several frames -- ``(key, frame)`` pairs -- read in one Spark statement:
+    ``{key: [row, ...]}``, each row a tuple of ``normalize``d values.
+
+    A statement costs Spark's fixed overhead, which on tables of a few rows is nearly all of its
+    cost, and one that reads a source at an old version rebuilds that version's snapshot; the
+    oracles check tens of queries per batch, so one statement instead of tens is most of their
+    time.  Each frame's rows travel as JSON, by position (``c0``, ``c1``, ...: a query may name
+    two columns alike), tagged with the frame's place, and come back as Spark would hand them
+    over: a FLOAT or DOUBLE column's values as floats, every other number exactly (an integer,
+    or a Decimal), before ``normalize``."""
+    from functools import reduce
+
+    if not parts:
+        return {}
+    floats = [[f.dataType.typeName() in ("float", "double") for f in frame.schema.fields] for _, frame in parts]
+    widths = [len(columns) for columns in floats]
+    # SQL expressions, not pyspark.sql.functions: those take the classic path in a process
+    # without Spark Connect's mark (conftest takes it off), frames of a Connect session included
+    tagged = [frame.toDF(*(f"c{i}" for i in range(width))).selectExpr(
+        f"{place} AS __part", "to_json(struct(*), map('ignoreNullFields', 'false')) AS __row")
+        for place, ((_, frame), width) in enumerate(zip(parts, widths))]
+    found: dict = {key: [] for key, _ in parts}
+    for place, text in reduce(lambda left, right: left.unionAll(right), tagged).collect():
+        values = json.loads(text, parse_float=Decimal)
+        found[parts[place][0]].append(tuple(
+            _hashable(normalize(float(values[f"c{i}"]) if is_float and values[f"c{i}"] is not None else values[f"c{i}"]))
+            for i, is_float in enumerate(floats[place])))
+    return found
 
 
 def multiset(frame) -> list[tuple]:
@@ -126,11 +167,17 @@ class Workload:
             expected = "FULL" if self.modes[name] == "FULL" else "DIFFERENTIAL"
             if result.action not in ("NO_DATA", expected):
                 raise AssertionError(f"{name}: expected a {expected} refresh, got {result.action}: {result.reason}")
-            self.check(name)
+        # after the last refresh: nothing writes the sources or the stream tables in between, so
+        # each stream table is compared with its query as its own refresh left them
+        self.check(*self.queries)
 
-    def check(self, name: str) -> None:
-        stored, wanted = both_multisets(self.tr.read(name), self.tr.sql(self.queries[name]))
-        assert stored == wanted, f"{name} differs from its query\n stored: {stored}\n wanted: {wanted}"
+    def check(self, *names: str) -> None:
+        """Each of ``names`` equals its query, as multisets (all read in one Spark statement)."""
+        found = rows_of([(("stored", name), self.tr.read(name)) for name in names]
+                        + [(("wanted", name), self.tr.sql(self.queries[name])) for name in names])
+        for name in names:
+            stored, wanted = (sorted(found[side, name], key=repr) for side in ("stored", "wanted"))
+            assert stored == wanted, f"{name} differs from its query\n stored: {stored}\n wanted: {wanted}"
 
 
 # -- workloads -----------------------------------------------------------------------------------
@@ -210,27 +257,27 @@ class DeltaOracle:
                           validate_qualify_columns=True, quote_identifiers=True)
             self.queries[name] = (ast.sql(DIALECT), plan(ast.sql(DIALECT), self.columns))  # planned: not refused
         self.versions = self._versions()
-        self.rows = {name: self._rows(sql) for name, (sql, _) in self.queries.items()}
+        self.rows = {name: Counter(rows) for name, rows in rows_of(
+            [(name, self.tr.sql(sql)) for name, (sql, _) in self.queries.items()]).items()}
 
     def _versions(self) -> dict[str, int]:
         return {name: self.tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").collect()[0]["version"] for name in self.columns}
 
-    def _rows(self, sql: str) -> Counter:
-        return Counter(tuple(normalize(v) for v in row) for row in self.tr.sql(sql).collect())
-
     def check_all(self) -> None:
-        from airflow_trickle.dvm.base import W, Versions
+        from airflow_trickle.dvm.base import Versions
 
         new = self._versions()
         versions = Versions(old=self.versions, new=new, columns=self.columns,
                             use_cdf={name: True for name in self.columns}, consolidate=False)
-        for name, (sql, node) in self.queries.items():
-            if not node.changed(versions):
-                continue
-            expected = self._rows(sql)
+        changed = [name for name, (_, node) in self.queries.items() if node.changed(versions)]
+        # every changed query's rows now and its delta (the query's columns, then the weight), in one statement
+        found = rows_of([(("new", name), self.tr.sql(self.queries[name][0])) for name in changed]
+                        + [(("delta", name), self.tr.sql(self.queries[name][1].delta_sql(versions))) for name in changed])
+        for name in changed:
+            expected = Counter(found["new", name])
             produced = Counter(self.rows[name])
-            for row in self.tr.sql(node.delta_sql(versions)).collect():
-                produced[tuple(normalize(v) for v in row[:-1])] += row[W]
+            for *row, weight in found["delta", name]:
+                produced[tuple(row)] += weight
             produced = Counter({row: n for row, n in produced.items() if n != 0})  # keeps negative counts
             assert produced == expected, (f"{name}: Q(old) + delta != Q(new)\n missing: {expected - produced}\n"
                                           f" extra: {produced - expected}")

@@ -75,12 +75,9 @@ def multiset(frame) -> list[tuple]:
 
 
 def both_multisets(first, second) -> tuple[list[tuple], list[tuple]]:
-    """``multiset`` of two frames with the same columns, read in one Spark query (each query costs
-    Spark's fixed overhead, which on tables of a few rows is nearly all of it)."""
-    tagged = first.selectExpr("0 AS __side", "*").unionAll(second.selectExpr("1 AS __side", "*"))
-    rows = tagged.collect()
-    return tuple(sorted((tuple(normalize(v) for v in row[1:]) for row in rows if row[0] == side), key=repr)
-                 for side in (0, 1))
+    """``multiset`` of two frames with the same columns, read in one Spark query (``rows_of``)."""
+    found = rows_of([(0, first), (1, second)])
+    return tuple(sorted(found[side], key=repr) for side in (0, 1))
 
 
 # -- data ---------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_trickle.operators.lineage import dataset_id
 from tests.conftest import TINY_TABLES_SPARK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +128,7 @@ def test_refresh_tasks_emit_openlineage_with_versions_and_column_lineage(report)
     """The OpenLineage provider's file transport wrote each refresh task's COMPLETE event; read
     back: inputs at the frontier versions, outputs at their new versions, schema and column lineage."""
     tables = report["tables"]
-    where = {name: dataset_name(info["location"]) for name, info in tables.items()}
+    where = {name: dataset_id(info["location"])[1] for name, info in tables.items()}  # the dataset's name
     events = report["lineage"]
     assert {e["job"] for e in events} >= {"trickle_shop.shop.order_lines", "trickle_shop.shop.customer_totals",
                                           "trickle_shop.shop.atomic__region_report"}
@@ -159,19 +160,12 @@ def test_refresh_tasks_emit_openlineage_with_versions_and_column_lineage(report)
     assert event["sql"] and "shop.order_lines" in event["sql"]
 
 
-def dataset_name(location: str) -> str:
-    """An OpenLineage dataset's name for a stream table's storage: on object storage the key
-    (the namespace is the bucket), on a local disk the path."""
-    scheme, _, rest = location.partition("://")
-    return rest.split("/", 1)[1].rstrip("/") if scheme in ("s3", "s3a", "gs", "abfss") else location
-
-
 def test_the_warehouse_is_the_bucket_and_lineage_names_datasets_by_it(report):
     """Every stream table lives in the bucket, and the refresh tasks' OpenLineage datasets are
     named by it (namespace ``s3://trickle``, name the key), each with its version and fields."""
     tables = report["tables"]
     assert all(t["location"].startswith("s3://trickle/warehouse/") for t in tables.values()), tables
     outputs = {o["name"]: o for e in report["lineage"] for o in e["outputs"]}
-    assert set(outputs) == {dataset_name(t["location"]) for t in tables.values()}, outputs
+    assert set(outputs) == {t["location"].rstrip("/").removeprefix("s3://trickle/") for t in tables.values()}, outputs
     assert {o["namespace"] for o in outputs.values()} == {"s3://trickle"}
     assert all(o["version"] is not None and o["fields"] for o in outputs.values())

@@ -373,6 +373,72 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
     assert {("bag_local", True), ("bag_keys", False)} <= reads, reads  # the bag table: whole, by keys
 
 
+def test_a_full_refresh_s_small_result_is_written_by_delta_rs_as_spark_would_write_it(tr, db, monkeypatch):
+    """A FULL refresh that replaces the stored rows (nothing reads the table) computes them with
+    Spark and, where the table and the result hold at most ``local_commit_max_rows`` rows, writes
+    them with delta-rs instead of Spark's INSERT OVERWRITE (``refresh/local_overwrite.py``); with
+    0, Spark writes.  Same rows -- every type, NULLs, duplicate copies -- and the same change
+    feed; a result that outgrew the limit is written by Spark; a replayed refresh number is
+    skipped by its transaction id."""
+    from airflow_trickle.catalog.model import utcnow
+
+    tr.sql(f"CREATE TABLE {db}.t (id INT, k STRING, amount DECIMAL(12,2), ratio DOUBLE, day DATE, at TIMESTAMP) "
+           f"USING delta")
+    tr.sql(f"INSERT INTO {db}.t VALUES (1, 'a', 1.50, 0.5, DATE'2026-01-01', TIMESTAMP'2026-01-01 10:00:00'), "
+           f"(2, 'a', 1.50, 0.5, DATE'2026-01-01', TIMESTAMP'2026-01-01 10:00:00'), (3, NULL, NULL, NULL, NULL, NULL), "
+           f"(4, 'b', -2.25, 1e300, DATE'1999-12-31', TIMESTAMP'1999-12-31 23:59:59.123456')")
+    queries = {"bag": f"SELECT k, amount, ratio, day, at FROM {db}.t",
+               "agg": f"SELECT k, day, SUM(amount) AS s, COUNT(*) AS n, MAX(at) AS last, AVG(ratio) AS r "
+                      f"FROM {db}.t GROUP BY k, day"}
+    for kind, query in queries.items():
+        for how in ("local", "spark"):
+            tr.create_stream_table(f"{db}.{kind}_{how}", query, refresh_mode="FULL", schedule=None)
+    batches = [
+        [f"UPDATE {db}.t SET amount = amount + 1 WHERE id = 1", f"DELETE FROM {db}.t WHERE id = 4",
+         f"INSERT INTO {db}.t VALUES (5, 'a', 1.50, 0.5, DATE'2026-01-01', TIMESTAMP'2026-01-01 10:00:00'), "
+         f"(6, NULL, NULL, NULL, NULL, NULL)"],
+        [f"DELETE FROM {db}.t WHERE k IS NULL", f"INSERT INTO {db}.t VALUES (7, 'c', 0.01, -0.0, NULL, NULL)"],
+    ]
+    for batch in batches:
+        for statement in batch:
+            tr.sql(statement)
+        for kind, query in queries.items():
+            feeds = {}
+            for how in ("local", "spark"):
+                name = f"{db}.{kind}_{how}"
+                monkeypatch.setattr(tr.config, "local_commit_max_rows", 100_000 if how == "local" else 0)
+                stored_before = tr.read(name).count()
+                result = tr.refresh_stream_table(name)
+                assert result.action == "FULL", (name, result.reason)
+                assert_matches(tr, name, query)
+                assert (result.rows_inserted, result.rows_deleted) == (tr.read(name).count(), stored_before), name
+                newest = tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
+                assert newest.engineInfo.startswith("delta-rs") == (how == "local"), (name, newest.engineInfo)
+                columns = ", ".join(f"`{c}`" for c in tr.get(name).output_columns)
+                feeds[how] = multiset(tr.sql(
+                    f"SELECT {columns}, _change_type FROM table_changes('{name}', {newest.version}, {newest.version})"))
+            assert feeds["local"] == feeds["spark"], kind
+    # a result above the limit (the table was within it): computed again and written by Spark
+    name, query = f"{db}.bag_local", queries["bag"]
+    monkeypatch.setattr(tr.config, "local_commit_max_rows", tr.read(name).count())
+    tr.sql(f"INSERT INTO {db}.t VALUES (8, 'd', 2.00, 2.0, DATE'2026-02-02', NULL)")
+    assert tr.refresh_stream_table(name).action == "FULL"
+    assert_matches(tr, name, query)
+    assert not tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().engineInfo.startswith("delta-rs")
+    # a retry of a refresh whose delta-rs commit landed (but was never recorded) is skipped
+    monkeypatch.setattr(tr.config, "local_commit_max_rows", 100_000)
+    name, query = f"{db}.agg_local", queries["agg"]
+    tr.sql(f"INSERT INTO {db}.t VALUES (9, 'e', 3.00, 3.0, DATE'2026-03-03', NULL)")
+    stale, current = tr.get(name), decide.source_versions(tr.catalog, name)
+    apply.apply_refresh(tr, stale, "FULL", current, refresh_id="a", data_timestamp=utcnow())
+    landed = tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
+    assert landed.engineInfo.startswith("delta-rs")
+    again = apply.apply_refresh(tr, stale, "FULL", current, refresh_id="b", data_timestamp=utcnow())
+    assert "already landed" in again.reason
+    assert tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().version == landed.version
+    assert_matches(tr, name, query)
+
+
 def test_bag_copies_numbered_without_a_shuffle_stay_exact_through_deltas_and_a_new_reader(tr, db):
     """A bag table nothing reads is overwritten by a FULL refresh with copy numbers that need no
     shuffle (unique negative numbers); a stream table that reads it makes its FULL refreshes

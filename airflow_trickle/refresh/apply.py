@@ -34,6 +34,7 @@ from airflow_trickle.refresh.arranged_recursion import RecursionLookups
 from airflow_trickle.refresh.differential import Prepared, drop_views, is_append, plan_differential, statement
 from airflow_trickle.refresh.failures import with_retries
 from airflow_trickle.refresh.local_merge import merge_locally
+from airflow_trickle.refresh.local_overwrite import overwrite_locally
 from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.refresh.schema import remember_source_schemas, source_schema_change
 from airflow_trickle.refresh.writers import choose_writer, full_writer
@@ -125,12 +126,19 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                              before_commit=lambda: fence(env.catalog.location, st.name, env.config.lease_seconds),
                              resolved=resolved_here.resolved if resolved_here is not None and sql == delta_sql else None)
 
+    def local_overwrite(rows_sql: str):
+        """A FULL refresh's small result written by delta-rs where it applies (False: it does not)."""
+        return overwrite_locally(env.spark, env.catalog.at(st.location), rows_sql, metadata=metadata,
+                                 txn_app_id=txn_app_id, txn_version=seq, max_rows=env.config.local_commit_max_rows,
+                                 before_commit=lambda: fence(env.catalog.location, st.name, env.config.lease_seconds))
+
+    writes = (commit, local_commit, local_overwrite)
     local = estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows
     try:
         with clock.phase("commit"):
             writer = choose_writer(env, st, decision.action, current, delta_sql=delta_sql, appending=appending,
                                    local=local)
-            metrics = _committed(env, st, writer, commit, local_commit, refresh_id)
+            metrics = _committed(env, st, writer, writes, refresh_id)
     except Exception as err:  # noqa: BLE001 - only what decide.after_failure recovers is recovered
         recovered = after_failure(decision, st, err) if delta_sql is not None else None
         if recovered is None:
@@ -138,7 +146,7 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         decision = recovered
         metadata["action"] = decision.action
         with clock.phase("commit"):
-            metrics = _committed(env, st, full_writer(env, st, current), commit, local_commit, refresh_id)
+            metrics = _committed(env, st, full_writer(env, st, current), writes, refresh_id)
     action = decision.action
     reason = decision.reason if action != asked else None  # else the engine records why it asked
     touched = None
@@ -212,15 +220,16 @@ def mark_fresh(row: StreamTable, data_timestamp) -> None:
     row.last_refresh_at = utcnow()
 
 
-def _committed(env, st: StreamTable, writer, commit, local_commit, refresh_id: str) -> dict | None:
-    """Write with ``writer``, with retries; its MERGE-shaped metrics, or None when Delta skipped it.
+def _committed(env, st: StreamTable, writer, writes: tuple, refresh_id: str) -> dict | None:
+    """Write with ``writer`` (``writes``: the ways to commit :meth:`~airflow_trickle.refresh.writers.Writer.write`
+    is given), with retries; its MERGE-shaped metrics, or None when Delta skipped it.
 
     An INSERT or a CTAS (``writer.inserting``) returns no metrics: they are read from its commit;
     one that replaced every stored row (``writer.rewriting``) deleted as many as were stored before.
     """
     version_before = latest_version(env.catalog.at(st.location)) if writer.inserting else None
     stored_before = row_count(env.catalog.at(st.location)) if writer.rewriting else 0
-    metrics = with_retries(env.config, lambda: writer.write(commit, local_commit))
+    metrics = with_retries(env.config, lambda: writer.write(*writes))
     if writer.inserting:
         return _written_metrics(env.catalog.at(st.location), version_before, refresh_id, deleted=stored_before)
     return metrics

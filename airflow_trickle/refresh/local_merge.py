@@ -297,7 +297,7 @@ def _resolve(spark, table, merge_sql: str, columns: list[tuple[str, str]], max_r
     parts = resolution(merge_sql, columns)
     if parts is None:
         return False
-    changes, stored_rows = False, _stored_rows(table)
+    changes, stored_rows = False, stored_row_count(table)
     if parts.key is not None and stored_rows <= STORED_READ_MAX_ROWS:
         whole = stored_rows <= STORED_SHIPPED_WHOLE_ROWS
         changes = (resolve_reading_stored_rows(spark, table, parts, columns, max_rows, whole=whole)
@@ -472,7 +472,7 @@ def keyed_stored_reads(source: exp.Expression, target: exp.Table) -> list[str] |
     return queries
 
 
-def _stored_rows(table) -> float:
+def stored_row_count(table) -> float:
     """Rows in ``table`` by its files' statistics (infinite where a file has none)."""
     counts = table.get_add_actions(flatten=True).column("num_records").to_pylist()
     return float("inf") if None in counts else sum(counts)

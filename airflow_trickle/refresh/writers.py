@@ -10,6 +10,8 @@ which statement it runs and how it commits it:
 ``Append``             a DIFFERENTIAL delta that only adds rows: an INSERT, no MERGE
 ``FirstFill``          the first population of empty storage: an INSERT of the recomputed rows
 ``Overwrite``          a FULL refresh nothing reads the change feed of: INSERT OVERWRITE
+``LocalOverwrite``     the same rows computed by Spark and written by delta-rs, for a small table
+                       and result (``refresh/local_overwrite.py``); Spark's overwrite else
 ``DiffMerge``          a FULL refresh another stream table reads: a MERGE of the difference only
 ``Replace``            a REINITIALIZE whose columns change: the storage table replaced in one commit
 =====================  =========================================================================
@@ -42,8 +44,11 @@ class Writer:
     #: Every stored row goes (it deleted as many as were stored before).
     rewriting: ClassVar[bool] = False
 
-    def write(self, commit, local_commit) -> dict | None:
-        """Run the statement; its metrics (None: Delta skipped it, the transaction had landed)."""
+    def write(self, commit, local_commit, local_overwrite) -> dict | None:
+        """Run the statement; its metrics (None: Delta skipped it, the transaction had landed).
+
+        ``commit(sql)`` runs a statement on Spark; ``local_commit(merge_sql)`` and
+        ``local_overwrite(rows_sql)`` write through delta-rs where that applies (False: it does not)."""
         return commit(self.sql)
 
 
@@ -54,7 +59,7 @@ class DeltaMerge(Writer):
 class LocalMerge(Writer):
     """The MERGE committed by delta-rs where that applies, else by Spark."""
 
-    def write(self, commit, local_commit) -> dict | None:
+    def write(self, commit, local_commit, local_overwrite) -> dict | None:
         metrics = local_commit(self.sql)
         return commit(self.sql) if metrics is False else metrics
 
@@ -75,6 +80,19 @@ class Overwrite(Writer):
     """A FULL refresh replacing every stored row: INSERT OVERWRITE."""
 
     inserting = rewriting = True
+
+
+@dataclass(frozen=True)
+class LocalOverwrite(Overwrite):
+    """A FULL refresh replacing every stored row: ``rows_sql`` computed by Spark and written by
+    delta-rs where the table and the result are small, else Spark's INSERT OVERWRITE (``sql``)."""
+
+    rows_sql: str = ""
+
+    def write(self, commit, local_commit, local_overwrite) -> dict | None:
+        if local_overwrite(self.rows_sql) is False:
+            return commit(self.sql)
+        return None  # an inserting writer's metrics are read back from its commit
 
 
 class DiffMerge(Writer):
@@ -130,7 +148,9 @@ def full_writer(env, st, current: dict[str, int]) -> Writer:
     when no stream table reads this one's change feed (the diffing MERGE joins new and stored
     rows first), else MERGE only the difference (:func:`full_overwrites`)."""
     if full_overwrites(env, st):
-        return Overwrite(fill_storage_sql(env, st, current, overwrite=True))
+        rows = full_storage_rows_sql(env, st, current, stable=False)
+        insert = fill_storage_sql(env, st, current, overwrite=True, rows=rows)
+        return LocalOverwrite(insert, rows) if env.config.local_commit_max_rows > 0 else Overwrite(insert)
     return DiffMerge(full_refresh_sql(env, st, current, overwrite=False))
 
 
@@ -178,11 +198,21 @@ def full_refresh_sql(env, st, current: dict[str, int], *, overwrite: bool | None
     return full_merge_sql(st.name, full_rows_sql(env, st, current), st.output_columns + st.storage.state_names())
 
 
-def fill_storage_sql(env, st, current: dict[str, int], *, overwrite: bool = False) -> str:
+def fill_storage_sql(env, st, current: dict[str, int], *, overwrite: bool = False, rows: str | None = None) -> str:
     """The INSERT of a FULL refresh into empty storage (or, ``overwrite``, in place of every stored
-    row): the recomputed rows, every column named.  An overwrite's copy numbers need not be
-    stable (nothing reads this table, so no FULL refresh diffs against them); the first
-    population's are, since the stream tables that will read this one come after it."""
-    columns = ", ".join(f"`{c}`" for c in st.output_columns + [name for name, _ in st.storage.hidden_columns()])
-    return (f"INSERT {'OVERWRITE TABLE' if overwrite else 'INTO'} {quote_name(st.name)} ({columns}) "
-            f"SELECT {columns} FROM ({full_rows_sql(env, st, current, stable=not overwrite)}) AS __full")
+    row): the recomputed rows (``rows``: :func:`full_storage_rows_sql`'s, when made already).
+    An overwrite's copy numbers need not be stable (nothing reads this table, so no FULL
+    refresh diffs against them); the first population's are, since the stream tables that will
+    read this one come after it."""
+    rows = rows or full_storage_rows_sql(env, st, current, stable=not overwrite)
+    return f"INSERT {'OVERWRITE TABLE' if overwrite else 'INTO'} {quote_name(st.name)} ({_stored_columns(st)}) {rows}"
+
+
+def full_storage_rows_sql(env, st, current: dict[str, int], *, stable: bool) -> str:
+    """The recomputed rows as stored: every stored column, visible and hidden, by name."""
+    columns = _stored_columns(st)
+    return f"SELECT {columns} FROM ({full_rows_sql(env, st, current, stable=stable)}) AS __full"
+
+
+def _stored_columns(st) -> str:
+    return ", ".join(f"`{c}`" for c in st.output_columns + [name for name, _ in st.storage.hidden_columns()])

@@ -87,10 +87,11 @@ def recorded_refreshes(location: Location, limit: int = 50) -> list[dict]:
     return records
 
 
-#: A delta-rs MERGE's metrics under the names Spark's MERGE gives them.
+#: A delta-rs MERGE's and write's metrics under the names Spark's give them.
 _DELTA_RS_METRICS = {"num_target_rows_inserted": "numTargetRowsInserted",
                      "num_target_rows_updated": "numTargetRowsUpdated",
-                     "num_target_rows_deleted": "numTargetRowsDeleted", "num_source_rows": "numSourceRows"}
+                     "num_target_rows_deleted": "numTargetRowsDeleted", "num_source_rows": "numSourceRows",
+                     "num_added_rows": "numOutputRows"}
 
 
 def _spark_metric_names(metrics: dict) -> dict:

@@ -112,3 +112,34 @@ def test_arrangements_off_and_unprobeable_terms_keep_the_scans(tr, db, tmp_path,
     load.insert("c", [(1, "w")])
     load.refresh_all()
     assert not folder.exists()
+
+
+def test_a_source_with_column_mapping_is_not_arranged(tr, db, tmp_path, monkeypatch, caplog):
+    """delta-rs 1.6 reads a column-mapped table by logical names, which its data files do not
+    hold (a column made or renamed under the mapping is stored under a physical name of its
+    own): under the legacy protocol (reader version 2) every such value comes back NULL, without
+    an error.  An arrangement of such a table would be empty and a probe through it would find no
+    partner.  It is refused at build, the term keeps its scans, and the stream table stays exact
+    through changes on both sides."""
+    from tests.oracle import multiset
+
+    monkeypatch.setattr(tr.config, "arrangement_min_rows", 0)
+    monkeypatch.setattr(tr.config, "arrangement_dir", str(tmp_path / "arrangements"))
+    tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta "
+           f"TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+    tr.sql(f"INSERT INTO {db}.o VALUES (1, 1, 10), (2, 2, 20), (3, NULL, 5), (3, NULL, 5)")
+    tr.sql(f"CREATE TABLE {db}.c (id INT, region STRING) USING delta TBLPROPERTIES ('delta.enableChangeDataFeed' = "
+           f"'true', 'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5', 'delta.columnMapping.mode' = 'name')")
+    tr.sql(f"INSERT INTO {db}.c VALUES (1, 'n'), (2, 's'), (2, 's')")
+    query = f"SELECT o.id, o.amount, c.region FROM {db}.o o JOIN {db}.c c ON o.cid = c.id"
+    name = f"{db}.joined"
+    tr.create_stream_table(name, query, schedule=None)
+    changes = [f"INSERT INTO {db}.o VALUES (4, 1, 40), (5, 2, 50)", f"DELETE FROM {db}.o WHERE id = 1",
+               f"UPDATE {db}.c SET region = 'w' WHERE id = 2", f"INSERT INTO {db}.c VALUES (1, NULL)"]
+    with caplog.at_level(logging.INFO, logger="airflow_trickle"):
+        for statement in changes:
+            tr.sql(statement)
+            result = tr.refresh_stream_table(name)
+            assert result.action == "DIFFERENTIAL", (statement, result.reason)
+            assert multiset(tr.read(name)) == multiset(tr.sql(query)), statement
+    assert "delta-rs does not read its rows as Spark does (column mapping)" in caplog.text

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Callable
 import pyarrow.compute as pc
 from sqlglot import exp, parse_one
 
-from airflow_trickle.storage.deltalog import COMMIT_KEY, open_table
+from airflow_trickle.storage.deltalog import COMMIT_KEY, open_table, why_rows_unreadable
 from airflow_trickle.model import DUP, ROW_ID
 from airflow_trickle.spark.engine import frame_of
 from airflow_trickle.sql.parse import DIALECT
@@ -220,8 +220,9 @@ def why_not_writable(table) -> str | None:
         return f"table features {', '.join(sorted(features)) or f'of writer version {protocol.min_writer_version}'}"
     if protocol.min_writer_version > 4 and protocol.writer_features is None:
         return "column mapping"  # writer versions 5 and 6 imply it
-    if (table.metadata().configuration or {}).get("delta.columnMapping.mode", "none") != "none":
-        return "column mapping"
+    unreadable = why_rows_unreadable(table)
+    if unreadable:
+        return unreadable
     for field in table.schema().fields:
         if spark_type(getattr(field.type, "type", "")) is None:
             return f"column {field.name} is not of a primitive type"

@@ -32,6 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_trickle.storage.deltalog import why_rows_unreadable
+
 #: The signed multiplicity of a run's row (+1 inserted, -1 deleted).
 WEIGHT = "__trickle_w"
 _INSERTED = pa.array(["insert", "update_postimage"])
@@ -70,6 +72,9 @@ class Arrangement:
         if key not in columns:
             columns = [key, *columns]
         table = DeltaTable(uri, version=version, storage_options=storage_options)
+        why_not = why_rows_unreadable(table)
+        if why_not:
+            raise TypeError(f"{uri}: delta-rs does not read its rows as Spark does ({why_not})")
         kind = pa.schema(table.schema().to_arrow()).field(key).type  # checked before anything is read
         if not (pa.types.is_integer(kind) or pa.types.is_date(kind)):
             raise TypeError(f"{uri}: cannot arrange by {key} of type {kind} (integers and dates only)")

@@ -61,6 +61,24 @@ def open_table(location: Location, *, fresh: bool = False):
     return table
 
 
+def why_rows_unreadable(table) -> str | None:
+    """Why delta-rs would not read the rows of the delta-rs ``table`` as Spark does (None: it
+    would).  Column mapping: delta-rs 1.6 looks a column up in the data files by its logical
+    name, not by the physical name the mapping gave it (a column created or renamed under the
+    mapping), and under the legacy protocol (reader version 2) it does not refuse -- every such
+    value comes back NULL, and an arrangement of the table would silently miss every partner
+    (``tests/test_arranged_joins.py``).  Deletion vectors and other reader features it refuses
+    itself; they are named here so that the reason says so."""
+    protocol = table.protocol()
+    mode = (table.metadata().configuration or {}).get("delta.columnMapping.mode", "none")
+    if mode != "none" or "columnMapping" in (protocol.reader_features or []):
+        return "column mapping"
+    unsupported = set(protocol.reader_features or []) - {"timestampNtz"}
+    if unsupported:
+        return f"reader features {', '.join(sorted(unsupported))}"
+    return None
+
+
 def latest_version(location: Location) -> int:
     """The newest committed version of the Delta table at ``location``."""
     return int(open_table(location).version())

@@ -314,6 +314,15 @@ def test_change_feed_health_warns_before_a_vacuum_and_the_refresh_recovers_after
     assert reader().status == "OK"
 
 
+def newest_commit_and_feed(tr, name):
+    """The stream table's newest commit (``DESCRIBE HISTORY``'s row) and the change feed it wrote,
+    visible columns and change type, as a multiset."""
+    newest = tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
+    columns = ", ".join(f"`{c}`" for c in tr.get(name).output_columns)
+    return newest, multiset(tr.sql(
+        f"SELECT {columns}, _change_type FROM table_changes('{name}', {newest.version}, {newest.version})"))
+
+
 def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db, monkeypatch):
     """Small changes are committed by delta-rs (Spark resolves the MERGE, delta-rs applies it);
     with ``local_commit_max_rows = 0`` Spark's MERGE commits them.  Same sources, same changes
@@ -364,11 +373,8 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
                 result = tr.refresh_stream_table(name)
                 assert result.action == "DIFFERENTIAL", (name, result.reason)
                 assert_matches(tr, name, query)
-                newest = tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
+                newest, feeds[how] = newest_commit_and_feed(tr, name)
                 assert newest.engineInfo.startswith("delta-rs") == (how != "spark"), (name, newest.engineInfo)
-                columns = ", ".join(f"`{c}`" for c in tr.get(name).output_columns)
-                feeds[how] = multiset(tr.sql(
-                    f"SELECT {columns}, _change_type FROM table_changes('{name}', {newest.version}, {newest.version})"))
             assert feeds["local"] == feeds["keys"] == feeds["spark"], kind
     assert {("bag_local", True), ("bag_keys", False)} <= reads, reads  # the bag table: whole, by keys
 
@@ -412,11 +418,8 @@ def test_a_full_refresh_s_small_result_is_written_by_delta_rs_as_spark_would_wri
                 assert result.action == "FULL", (name, result.reason)
                 assert_matches(tr, name, query)
                 assert (result.rows_inserted, result.rows_deleted) == (tr.read(name).count(), stored_before), name
-                newest = tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
+                newest, feeds[how] = newest_commit_and_feed(tr, name)
                 assert newest.engineInfo.startswith("delta-rs") == (how == "local"), (name, newest.engineInfo)
-                columns = ", ".join(f"`{c}`" for c in tr.get(name).output_columns)
-                feeds[how] = multiset(tr.sql(
-                    f"SELECT {columns}, _change_type FROM table_changes('{name}', {newest.version}, {newest.version})"))
             assert feeds["local"] == feeds["spark"], kind
     # a result above the limit (the table was within it): computed again and written by Spark
     name, query = f"{db}.bag_local", queries["bag"]

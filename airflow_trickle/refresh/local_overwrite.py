@@ -65,7 +65,11 @@ def overwrite_locally(spark, location: "Location", rows_sql: str, *, metadata: d
     if rows is None:
         log.info("the FULL refresh computed more than %d rows: written by Spark's overwrite", max_rows)
         return False
-    rows = as_stored(rows, pa.schema(table.schema().to_arrow()))
+    try:
+        rows = as_stored(rows, pa.schema(table.schema().to_arrow()))
+    except (KeyError, pa.ArrowException) as err:  # a value Spark's store assignment would decide about
+        log.warning("the FULL refresh's rows do not fit the stored columns as computed (%s); written by Spark", err)
+        return False
     before_commit()
     try:
         write_deltalake(table, rows, mode="overwrite", commit_properties=CommitProperties(

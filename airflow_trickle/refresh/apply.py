@@ -114,8 +114,12 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
 
     txn_app_id = f"airflow_trickle:{st.st_id}"
 
-    def commit(sql: str):
+    def fenced() -> None:
+        """Just before any commit: this process still holds the table's writer lease."""
         fence(env.catalog.location, st.name, env.config.lease_seconds)
+
+    def commit(sql: str):
+        fenced()
         with refresh_commit(env.spark, metadata=metadata, txn_app_id=txn_app_id, txn_version=seq):
             return env.engine.first(hoist_nested_ctes(sql))
 
@@ -123,14 +127,14 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         """A small change through delta-rs where it applies (False: it does not)."""
         return merge_locally(env.spark, env.catalog.at(st.location), sql, metadata=metadata, txn_app_id=txn_app_id,
                              txn_version=seq, max_rows=env.config.local_commit_max_rows,
-                             before_commit=lambda: fence(env.catalog.location, st.name, env.config.lease_seconds),
+                             before_commit=fenced,
                              resolved=resolved_here.resolved if resolved_here is not None and sql == delta_sql else None)
 
     def local_overwrite(rows_sql: str):
         """A FULL refresh's small result written by delta-rs where it applies (False: it does not)."""
         return overwrite_locally(env.spark, env.catalog.at(st.location), rows_sql, metadata=metadata,
                                  txn_app_id=txn_app_id, txn_version=seq, max_rows=env.config.local_commit_max_rows,
-                                 before_commit=lambda: fence(env.catalog.location, st.name, env.config.lease_seconds))
+                                 before_commit=fenced)
 
     writes = (commit, local_commit, local_overwrite)
     local = estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows

@@ -186,8 +186,8 @@ def test_the_null_group_of_a_probed_aggregate_is_read_from_its_table():
     with_nulls = grouped.block.delta(probed.bind(grouped.block, "groups nulls", "cid")).sql(DIALECT)
     # each side: the rows found, plus the table's rows of the NULL group at that side's version
     for view, version in (("__trickle_probed_o_old", 3), ("__trickle_probed_o_new", 5)):
-        assert (f"SELECT `amount`, `cid` FROM {view} UNION ALL SELECT `amount`, `cid` FROM (SELECT `id`, `cid`, "
-                f"`amount`, `day` FROM `s`.`o` VERSION AS OF {version}) AS __nulls WHERE `cid` IS NULL") in with_nulls
+        assert (f"SELECT `amount`, `cid` FROM {view} UNION ALL SELECT `amount`, `cid` FROM (SELECT `cid`, `amount` "
+                f"FROM `s`.`o` VERSION AS OF {version}) AS __nulls WHERE `cid` IS NULL") in with_nulls
 
 
 def test_an_outer_terms_inputs_are_probed_by_the_changes_join_keys():
@@ -264,3 +264,51 @@ def test_groups_looked_up_by_the_changes_keys_are_recomputed_without_the_input_d
     assert "XXHASH64" in filtered and "TABLE_CHANGES('s.o'" in filtered
     assert "XXHASH64" not in whole and "TABLE_CHANGES" not in whole
     assert whole.count("__trickle_probed_o_old") == whole.count("__trickle_probed_o_new") == 1
+
+
+def test_a_scan_lists_only_the_columns_its_select_reads():
+    from airflow_trickle.dvm.base import operators
+    from airflow_trickle.dvm.scan import Scan
+
+    def scanned(query: str) -> dict[str, list[str]]:
+        return {n.name: n.columns for n in operators(plan(query, COLUMNS)) if isinstance(n, Scan)}
+
+    # the change of o is read, weighted, with the two columns the query reads: not id, not day
+    assert scanned("SELECT `c`.`region` AS region, SUM(`o`.`amount`) AS total FROM `s`.`o` AS `o` "
+                   "JOIN `s`.`c` AS `c` ON `o`.`cid` = `c`.`id` GROUP BY `c`.`region`") == {
+        "s.o": ["cid", "amount"], "s.c": ["id", "region"]}
+    # a table none of whose columns is read keeps its first; a nested SELECT's reads are its own
+    assert scanned("SELECT COUNT(*) AS n FROM `s`.`o` AS `o`") == {"s.o": ["id"]}
+    assert scanned("SELECT `x`.`v` AS v FROM (SELECT `o`.`day` AS v FROM `s`.`o` AS `o`) AS `x`") == {
+        "s.o": ["day"]}
+    delta = plan("SELECT `o`.`cid` AS cid FROM `s`.`o` AS `o`", COLUMNS).delta(versions("s.o")).sql(DIALECT)
+    assert "SELECT `cid`, CASE WHEN _change_type" in delta and "`amount`" not in delta
+    # an unqualified column could be any table's: every column is kept
+    assert scanned("SELECT cid AS cid FROM `s`.`o` AS `o`") == {"s.o": COLUMNS["s.o"]}
+
+
+def test_rows_found_alike_at_both_versions_are_handed_to_spark_once():
+    import pyarrow as pa
+
+    from airflow_trickle.refresh.arranged import ProbeReport, _registered_sides
+
+    class Engine:
+        def __init__(self):
+            self.views = []
+
+        def local_relation(self, rows, view, schema=None):
+            self.views.append((view, rows.num_rows))
+
+    env = type("Env", (), {"engine": Engine()})()
+    customers, orders_old, orders_new = (pa.table({"k": [1, 2]}), pa.table({"k": [1, 2, 3]}),
+                                         pa.table({"k": [1, 3]}))
+    scratch, report = [], ProbeReport()
+    bound = _registered_sides(env, {"old": {0: (customers, ("k",)), 1: (orders_old, ("k",))},
+                                    "new": {0: (pa.table({"k": [1, 2]}), ("k",)), 1: (orders_new, ("k",))}},
+                              scratch, report)
+    assert bound["old"][0] == bound["new"][0]  # the customers found: alike, one view
+    assert bound["old"][1] != bound["new"][1]  # the orders: not
+    assert len(env.engine.views) == 3 == len(scratch) and report.rows == 2 + 3 + 2
+    # alike rows under other columns are another relation
+    other = _registered_sides(env, {"old": {0: (customers, ("k",))}, "new": {0: (customers, ("j",))}}, scratch)
+    assert other["old"][0] != other["new"][0]

@@ -13,6 +13,7 @@ equals its query.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 
 import pytest
@@ -45,6 +46,12 @@ QUERIES = {
     # touched groups are recomputed from c and o looked up by the cids and ids the changes hold
     "nested": "SELECT n, COUNT(*) AS customers FROM (SELECT c.id, COUNT(o.id) AS n FROM {db}.c c "
               "LEFT JOIN {db}.o o ON c.id = o.cid GROUP BY c.id) t GROUP BY n",
+    # TPC-H q19's shape: the join equality in every disjunct of an OR; each side's change and
+    # rows found are narrowed in Arrow by what its own columns must satisfy (refresh/narrowing.py)
+    "filtered": "SELECT c.region, SUM(o.amount) AS s, COUNT(*) AS n FROM {db}.o o, {db}.c c "
+                "WHERE (o.cid = c.id AND o.price >= 1.5 AND c.region LIKE 'n%') "
+                "OR (o.cid = c.id AND o.amount BETWEEN 2 AND 7 AND c.region IN ('s', 'e')) "
+                "OR (o.cid = c.id AND o.price IS NULL AND c.region IS NOT NULL) GROUP BY c.region",
 }
 
 
@@ -84,6 +91,8 @@ def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_pat
     assert "groups by cid: probed" in text, "no subquery's aggregate was recomputed from probes"
     assert "change, outer (o recomputed for its keys): probed" in text, "no outer term probed its inputs"
     assert "from the changes): probed" in text, "no inner aggregate's groups were looked up by the changes' keys"
+    narrowed = [(int(kept), int(read)) for kept, read in re.findall(r"\((\d+) of (\d+) rows\)", text)]
+    assert any(kept < read for kept, read in narrowed), "no change was narrowed by its block's filter"
     assert "built at" in text
     assert "caught up" in text or "warm" in text
     assert "wiped" in seen and "lag" in seen

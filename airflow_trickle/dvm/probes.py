@@ -488,9 +488,76 @@ def _equalities(block, aliases: list[str]) -> list[tuple[int, str, int, str]]:
     return found
 
 
+def item_conditions(block) -> dict[int, exp.Expression]:
+    """For each FROM item of ``block``, what its own rows must satisfy to meet an output row of
+    the block: the parts of the WHERE and of the inner joins' ONs that read only its columns
+    (for the null-supplying side of a LEFT join, of its own ON only); items without any are
+    left out, and so is every item of a block with a FULL join.
+
+    Why: a lookup gathers an input's rows by key, and a change carries every changed row; the
+    rows that fail the block's own filter meet no output row, so the refresh may leave them out
+    before looking further (fewer keys) and before handing them to Spark (fewer rows).  A row
+    of the preserved side of a LEFT join is output whatever its partners, but still only when
+    it passes the WHERE; a null-supplying row is output only when its ON holds.  An OR keeps
+    the disjunction of its disjuncts' parts, and gives nothing when one disjunct has none.
+
+    >>> from airflow_trickle.dvm.planner import plan
+    >>> cols = {"s.l": ["k", "d", "m"], "s.p": ["k", "t"]}
+    >>> node = plan("SELECT SUM(l.m) AS m FROM s.l AS l, s.p AS p WHERE (l.k = p.k AND l.d > 5 AND p.t = 'a') "
+    ...             "OR (l.k = p.k AND l.d < 2 AND l.m = 1)", cols)
+    >>> {node.items[i][0]: c.sql() for i, c in item_conditions(node).items()}
+    {'l': 'l.d > 5 OR (l.d < 2 AND l.m = 1)'}
+    """
+    from airflow_trickle.dvm.join import JoinKind
+
+    kinds = [block.step(i).kind for i in range(len(block.items))]
+    if JoinKind.FULL in kinds:
+        return {}
+    joins = block.template.args.get("joins") or []
+    where = block.template.args.get("where")
+    shared = _conjuncts(where.this if where is not None else None)
+    for n, join in enumerate(joins, start=1):
+        if kinds[n] is JoinKind.INNER:
+            shared += _conjuncts(join.args.get("on"))
+    found = {}
+    for i, (alias, _) in enumerate(block.items):
+        own = _conjuncts(joins[i - 1].args.get("on")) if kinds[i] is JoinKind.LEFT else shared
+        parts = [part for part in (_restricted(c, alias) for c in own) if part is not None]
+        if parts:
+            found[i] = exp.and_(*parts) if len(parts) > 1 else parts[0]
+    return found
+
+
+def _restricted(condition: exp.Expression, alias: str) -> exp.Expression | None:
+    """What every row satisfying ``condition`` satisfies of the columns of ``alias`` alone (a
+    copy); None when nothing is known."""
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
+    if isinstance(condition, exp.And):
+        parts = [part for part in (_restricted(c, alias) for c in condition.flatten()) if part is not None]
+        return (exp.and_(*parts) if len(parts) > 1 else parts[0]) if parts else None
+    if isinstance(condition, exp.Or):
+        parts = [_restricted(c, alias) for c in condition.flatten()]
+        return None if any(part is None for part in parts) else exp.or_(*parts)
+    columns = list(condition.find_all(exp.Column))
+    if columns and all(c.table == alias for c in columns) and condition.find(exp.Query) is None:
+        return condition.copy()
+    return None
+
+
 def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
+    """The conjuncts of ``condition``, and those every disjunct of a conjunct that is an OR
+    holds alike (TPC-H q19's join equality, repeated in each of its three disjuncts)."""
     if condition is None:
         return []
     while isinstance(condition, exp.Paren):
         condition = condition.this
-    return condition.flatten() if isinstance(condition, exp.And) else [condition]
+    found = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+    return found + [common for c in found if isinstance(c, exp.Or) for common in _common_conjuncts(c)]
+
+
+def _common_conjuncts(disjunction: exp.Or) -> list[exp.Expression]:
+    """The conjuncts found, written alike, in every disjunct of ``disjunction``."""
+    disjuncts = [_conjuncts(d) for d in disjunction.flatten()]
+    texts = [{c.sql() for c in conjuncts} for conjuncts in disjuncts[1:]]
+    return [c for c in disjuncts[0] if all(c.sql() in held for held in texts)]

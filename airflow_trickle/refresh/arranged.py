@@ -30,8 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_trickle.dvm.base import W, Versions
-from airflow_trickle.dvm.probes import (OUTER_KEYS, JoinTerm, KeyedDelta, OuterTerm, Probe, join_terms, keyed_deltas,
-                                        outer_terms)
+from airflow_trickle.dvm.probes import (OUTER_KEYS, JoinTerm, KeyedDelta, OuterTerm, Probe, item_conditions, join_terms,
+                                        keyed_deltas, outer_terms)
+from airflow_trickle.refresh.narrowing import narrowed
 from airflow_trickle.storage.arrangement import WEIGHT, Stale, change_rows
 from airflow_trickle.storage.arrangements import Arrangements
 
@@ -155,23 +156,28 @@ class _Probing:
         self.report.rows += sum(rows.num_rows for rows, _ in relations.values())
         return _registered(self.env, relations, self.scratch)
 
-    def follow(self, probes, known: dict, version_of) -> dict:
+    def follow(self, probes, known: dict, version_of, conditions=None) -> dict:
         result: dict = {}
-        _follow(probes, known, result, version_of, self.tables, self.arrangements, self.wanted, self.ready)
+        _follow(probes, known, result, version_of, self.tables, self.arrangements, self.wanted, self.ready,
+                conditions)
         return result
 
 
 def _bind_join_term(run: _Probing, term: JoinTerm, v: Versions) -> tuple[Versions, str]:
-    """A join-delta term's change and the inputs it reaches, looked up by its keys."""
-    change = _change(term.source, term.change_columns, v, run.tables, run.changes)
+    """A join-delta term's change and the inputs it reaches, looked up by its keys; the change
+    and each input found without the rows the block's filter surely rejects (``narrowing.py``)."""
+    read = _change(term.source, term.change_columns, v, run.tables, run.changes)
+    conditions = scan_conditions(term.block)
+    change = read if term.aggregated else narrowed(read, conditions.get(term.changed))
     relations = {term.changed: (change, term.change_columns),
-                 **run.follow(term.probes, {term.changed: change}, lambda p: v.at(p.which)[p.source])}
+                 **run.follow(term.probes, {term.changed: change}, lambda p: v.at(p.which)[p.source], conditions)}
     if term.aggregated:  # the changed item keeps its own delta: its change rows only gave keys
         del relations[term.changed]
     bound = v.bind(term.block, f"probed {term.changed}", run.register(relations))
     probed = ", ".join(f"{term.block.items[i][0]} {rows.num_rows}" for i, (rows, _) in relations.items()
                        if i != term.changed)
-    return bound, f" ({change.num_rows} rows{', through an aggregate' if term.aggregated else ''}): probed {probed}"
+    rows = f"{change.num_rows} rows" if change is read else f"{change.num_rows} of {read.num_rows} rows"
+    return bound, f" ({rows}{', through an aggregate' if term.aggregated else ''}): probed {probed}"
 
 
 def _bind_keyed_groups(run: _Probing, g: KeyedDelta, v: Versions) -> tuple[Versions, str]:
@@ -206,7 +212,7 @@ def _bind_group_chain(run: _Probing, block, probes, origins, v: Versions) -> tup
     for which in ("old", "new"):
         version = v.at(which)
         sides[which] = run.follow(probes, {_GROUPS: pa.table({probes[0].key: values})},
-                                  lambda p, version=version: version[p.source])
+                                  lambda p, version=version: version[p.source], scan_conditions(block))
         if probes[0].item not in sides[which]:
             raise Stale("a key of another type than the arrangement's")
     for which, bound in _registered_sides(run.env, sides, run.scratch, run.report).items():
@@ -479,9 +485,10 @@ def _change(source: str, columns: tuple[str, ...], v: Versions, tables: _Tables,
 
 
 def _follow(probes, known: dict[int, pa.Table], result: dict, version_of, tables: _Tables,
-            arrangements: Arrangements, wanted, ready) -> None:
+            arrangements: Arrangements, wanted, ready, conditions: dict | None = None) -> None:
     """Run ``probes`` in order, each by the keys of a FROM item found before (``known``, which
-    grows), at ``version_of(probe)``; the rows found go into ``result`` (item -> (rows, columns))."""
+    grows), at ``version_of(probe)``; the rows found go into ``result`` (item -> (rows, columns)),
+    without those the item's condition in ``conditions`` (:func:`scan_conditions`) rejects."""
     for p in probes:
         by = known.get(p.by)
         if by is None:
@@ -500,6 +507,7 @@ def _follow(probes, known: dict[int, pa.Table], result: dict, version_of, tables
             if item in known and rows.num_rows and _comparable(known[item][column].type, rows[own].type):
                 rows = rows.filter(pc.is_in(rows[own], value_set=pc.unique(known[item][column].drop_null())
                                             .cast(rows[own].type)))
+        rows = narrowed(rows, (conditions or {}).get(p.item))
         _check_share(arranged, rows.num_rows)
         known[p.item] = rows
         result[p.item] = (rows, p.columns)
@@ -552,7 +560,8 @@ def probe_groups(env, plan, block, v: Versions, scratch: list[str], built: list[
             version = v.at(which)
             result: dict = {}
             _follow(probes, {_GROUPS: pa.table({chain.key: pa.array(values)})}, result,
-                    lambda p, version=version: version[p.source], tables, arrangements, wanted, ready)
+                    lambda p, version=version: version[p.source], tables, arrangements, wanted, ready,
+                    scan_conditions(block))
             if chain.item not in result:  # a key of another type than the arrangement's
                 return v
             bound_sides[which] = result
@@ -570,6 +579,15 @@ def probe_groups(env, plan, block, v: Versions, scratch: list[str], built: list[
         log.info("%s: touched groups (%s) at the %s versions: probed %s", plan.st.name, len(values), which,
                  ", ".join(f"{block.items[i][0]} {rows.num_rows}" for i, (rows, _) in bound_sides[which].items()))
     return v
+
+
+def scan_conditions(block) -> dict:
+    """What the rows of each FROM item of ``block`` that is a scan must satisfy to meet an
+    output row (``dvm/probes.item_conditions``; an aggregate's condition names its own columns,
+    not its table's, so its rows found are kept whole)."""
+    from airflow_trickle.dvm.scan import Scan
+
+    return {i: condition for i, condition in item_conditions(block).items() if isinstance(block.items[i][1], Scan)}
 
 
 def _comparable(left: pa.DataType, right: pa.DataType) -> bool:

@@ -1,0 +1,195 @@
+"""Leave out, in Arrow, the rows of a change or of a lookup that a block's filter rejects.
+
+``dvm/probes.item_conditions`` gives, per FROM item, what its rows must satisfy to meet an
+output row (TPC-H q14: a line item shipped in September 1995).  Before the refresh looks
+further by a change's keys and hands its rows to Spark, :func:`narrowed` keeps only the rows
+that may pass: TPC-H q19's change of 28k line items keeps ~2k, and the parts they look up
+shrink with them.
+
+Arrow evaluates only what it evaluates as Spark does: comparisons of a column with a literal
+of the column's kind (or with another column of the same type), ``BETWEEN``, ``IN`` lists of
+literals, ``IS [NOT] NULL``, and the fixed parts of a ``LIKE`` pattern.  Anything else is
+treated as true: an AND keeps the parts it can test, an OR only when it can test each
+disjunct.  So the rows kept are always a superset of those the filter keeps -- Spark still
+applies the whole filter -- and a refresh is exactly as correct without this.
+"""
+from __future__ import annotations
+
+import datetime
+import decimal
+import logging
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+log = logging.getLogger(__name__)
+
+_COMPARISONS = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.GT: "greater", exp.GTE: "greater_equal",
+                exp.LT: "less", exp.LTE: "less_equal"}
+#: The comparison with its sides swapped (``5 < x`` is ``x > 5``).
+_SWAPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
+
+
+def narrowed(rows: pa.Table, condition: exp.Expression | None) -> pa.Table:
+    """``rows`` without those ``condition`` (an item's condition, its columns named as the
+    columns of ``rows``) surely rejects; ``rows`` itself when Arrow can test none of it."""
+    if condition is None or not rows.num_rows:
+        return rows
+    test = arrow_condition(condition, rows.schema)
+    if test is None:
+        return rows
+    plain = _plain(rows)
+    try:
+        return plain.filter(test)
+    except (pa.ArrowException, TypeError, ValueError) as err:  # an optimisation: Spark filters
+        log.info("rows kept whole, Arrow could not filter them by %s: %s", condition.sql(), err)
+        return rows
+
+
+def arrow_condition(condition: exp.Expression, schema: pa.Schema) -> pc.Expression | None:
+    """An Arrow expression true on every row of ``schema`` on which ``condition`` is (SQL's
+    three-valued logic: a row the filter keeps); None when nothing can be tested.
+
+    >>> schema = pa.schema([("d", pa.date32()), ("m", pa.string()), ("q", pa.decimal128(12, 2))])
+    >>> from sqlglot import parse_one
+    >>> str(arrow_condition(parse_one("t.d >= CAST('1995-09-01' AS DATE) AND t.m LIKE 'AIR%' AND f(t.q)"), schema))
+    '((d >= 1995-09-01) and starts_with(m, {pattern="AIR", ignore_case=false}))'
+    >>> arrow_condition(parse_one("t.d > CAST('1995-09-01' AS DATE) OR g(t.m)"), schema) is None
+    True
+    """
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
+    if isinstance(condition, exp.And):
+        parts = [part for part in (arrow_condition(c, schema) for c in condition.flatten()) if part is not None]
+        return _combined(parts, "and_kleene") if parts else None
+    if isinstance(condition, exp.Or):
+        parts = [arrow_condition(c, schema) for c in condition.flatten()]
+        return None if any(part is None for part in parts) else _combined(parts, "or_kleene")
+    try:
+        return _leaf(condition, schema)
+    except (ValueError, TypeError, ArithmeticError, decimal.InvalidOperation):
+        return None
+
+
+def _combined(parts: list[pc.Expression], function: str) -> pc.Expression:
+    combined = parts[0]
+    for part in parts[1:]:
+        combined = pc.Expression._call(function, [combined, part])
+    return combined
+
+
+def _leaf(condition: exp.Expression, schema: pa.Schema) -> pc.Expression | None:
+    kind = type(condition)
+    if kind in _COMPARISONS:
+        left, right = condition.this, condition.expression
+        if not isinstance(left, exp.Column):
+            left, right, kind = right, left, _SWAPPED[kind]
+        field = _field(left, schema)
+        if field is None:
+            return None
+        other = _field(right, schema) if isinstance(right, exp.Column) else None
+        if other is not None:  # two columns of one row: only of the same type
+            if schema.field(field).type != schema.field(other).type:
+                return None
+            return pc.Expression._call(_COMPARISONS[kind], [pc.field(field), pc.field(other)])
+        value = _literal(right, schema.field(field).type)
+        return None if value is None else pc.Expression._call(_COMPARISONS[kind], [pc.field(field), value])
+    if isinstance(condition, exp.Between):
+        field = _field(condition.this, schema)
+        if field is None:
+            return None
+        kind = schema.field(field).type
+        low, high = _literal(condition.args.get("low"), kind), _literal(condition.args.get("high"), kind)
+        if low is None or high is None:
+            return None
+        return (pc.field(field) >= low) & (pc.field(field) <= high)
+    if isinstance(condition, exp.In) and not condition.args.get("query") and not condition.args.get("unnest"):
+        field = _field(condition.this, schema)
+        if field is None:
+            return None
+        values = [_literal(v, schema.field(field).type) for v in condition.expressions]
+        if not values or any(v is None for v in values):
+            return None
+        return pc.field(field).isin(pa.array([v.as_py() for v in values], type=values[0].type))
+    if isinstance(condition, exp.Is) and isinstance(condition.expression, exp.Null):
+        field = _field(condition.this, schema)
+        return None if field is None else pc.field(field).is_null()
+    if isinstance(condition, exp.Not) and isinstance(condition.this, exp.Is) \
+            and isinstance(condition.this.expression, exp.Null):
+        field = _field(condition.this.this, schema)
+        return None if field is None else pc.field(field).is_valid()
+    if isinstance(condition, exp.Like) and not condition.args.get("escape"):
+        return _like(condition, schema)
+    return None
+
+
+def _like(condition: exp.Like, schema: pa.Schema) -> pc.Expression | None:
+    """What every string matching the pattern holds: its fixed start, end and middle pieces
+    (``'%special%requests%'``: contains both words, in any order -- a superset)."""
+    field = _field(condition.this, schema)
+    pattern = condition.expression
+    if field is None or not (isinstance(pattern, exp.Literal) and pattern.is_string) \
+            or not _is_string(schema.field(field).type):
+        return None
+    text = pattern.this
+    if "_" in text or "\\" in text:
+        return None
+    pieces = text.split("%")
+    tests = []
+    if pieces[0]:
+        tests.append(pc.Expression._call("starts_with", [pc.field(field)], pc.MatchSubstringOptions(pieces[0])))
+    if len(pieces) > 1 and pieces[-1]:
+        tests.append(pc.Expression._call("ends_with", [pc.field(field)], pc.MatchSubstringOptions(pieces[-1])))
+    if len(pieces) == 1:
+        return pc.field(field) == pa.scalar(text)
+    for piece in pieces[1:-1]:
+        if piece:
+            tests.append(pc.Expression._call("match_substring", [pc.field(field)], pc.MatchSubstringOptions(piece)))
+    return _combined(tests, "and_kleene") if tests else None
+
+
+def _field(column: exp.Expression, schema: pa.Schema) -> str | None:
+    if not isinstance(column, exp.Column) or isinstance(column.this, exp.Star):
+        return None
+    return column.name if column.name in schema.names else None
+
+
+def _literal(value: exp.Expression | None, kind: pa.DataType) -> pa.Scalar | None:
+    """The literal ``value`` as a scalar compared with a column of type ``kind`` exactly as
+    Spark compares them; None for any other pairing."""
+    if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal) and not value.this.is_string:
+        positive = _literal(value.this, kind)
+        return None if positive is None else pa.scalar(-positive.as_py(), type=positive.type)
+    if isinstance(value, exp.Cast) and isinstance(value.this, exp.Literal) and value.this.is_string \
+            and value.to.is_type(exp.DataType.Type.DATE) and pa.types.is_date32(kind):
+        return pa.scalar(datetime.date.fromisoformat(value.this.this), type=pa.date32())
+    if not isinstance(value, exp.Literal):
+        return None
+    if value.is_string:
+        return pa.scalar(value.this, type=pa.string()) if _is_string(kind) else None
+    text = value.this
+    if pa.types.is_integer(kind):
+        return pa.scalar(int(text), type=pa.int64()) if text.lstrip("-").isdigit() else None
+    if pa.types.is_decimal(kind):  # an exponent makes Spark's literal a double: compared as doubles
+        if "e" in text.lower():
+            return None
+        number = decimal.Decimal(text)
+        return pa.scalar(number) if number.is_finite() else None
+    if pa.types.is_floating(kind):
+        return pa.scalar(float(text), type=pa.float64())
+    return None
+
+
+def _is_string(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def _plain(rows: pa.Table) -> pa.Table:
+    """``rows`` with view columns as plain ones (Arrow's filter has no kernel for views)."""
+    if not any(pa.types.is_string_view(f.type) or pa.types.is_binary_view(f.type) for f in rows.schema):
+        return rows
+    fields = [pa.field(f.name, pa.string() if pa.types.is_string_view(f.type)
+                       else pa.binary() if pa.types.is_binary_view(f.type) else f.type, f.nullable)
+              for f in rows.schema]
+    return rows.cast(pa.schema(fields))

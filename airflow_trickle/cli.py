@@ -338,11 +338,12 @@ def _history_row(record, *, text: bool) -> dict:
         actual = phases.pop("rows_touched", None)
         changed = phases.pop("changed_rows", None)
         phases.pop("planner", None)
+        crossed = phases.pop("beyond_boundary", None)
         if changed is not None:
             row["changed source rows"] = changed
         if record.rows_estimated is not None or actual is not None:
             row["touched est/actual"] = f"{_cell(record.rows_estimated) or '?'}/{_cell(actual) or '?'}"
-        row["phases"] = format_phases(phases)
+        row["phases"] = format_phases(phases) + (" · a row left the top-K: recomputed from the query" if crossed else "")
     return row
 
 

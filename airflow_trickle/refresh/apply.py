@@ -62,6 +62,8 @@ class Applied:
     changed_rows: int | None = None
     #: A DIFFERENTIAL's :func:`~airflow_trickle.refresh.cost.delta_planner`: what its time measured.
     planner: int | None = None
+    #: A DIFFERENTIAL of a top-K that recomputed its rows from the query (a row left the top k).
+    beyond_boundary: bool = False
 
 
 def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str,
@@ -99,14 +101,14 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         observed = (recent_times(env, st) if decision.action == Action.DIFFERENTIAL and estimate is not None
                     and not st.options.is_strict else None)
     decision = by_cost_model(decision, st, estimate, observed, env.config)
-    delta_sql, appending, resolved_here = None, False, None
+    delta_sql, appending, resolved_here, beyond_boundary = None, False, None, False
     if decision.action == Action.DIFFERENTIAL:
         planned, why_not = _differential_sql(env, st, current, scratch, clock)
         if planned is None:
             decision = without_delta(decision, st, why_not)
         else:
             (prepared, appending) = planned
-            delta_sql, resolved_here = prepared.sql, prepared.local
+            delta_sql, resolved_here, beyond_boundary = prepared.sql, prepared.local, prepared.beyond_boundary
     metadata = {"seq": seq, "frontier": current, "action": decision.action, "refresh_id": refresh_id,
                 "data_timestamp": data_timestamp.isoformat()}
     if estimate is not None:
@@ -186,7 +188,8 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                    rows_estimated=(estimate.touched_rows if estimate and st.effective_mode == RefreshMode.DIFFERENTIAL
                                    else None),
                    rows_touched=touched, changed_rows=estimate.changed_rows if estimate is not None else None,
-                   planner=current_planner(env) if action == Action.DIFFERENTIAL else None)
+                   planner=current_planner(env) if action == Action.DIFFERENTIAL else None,
+                   beyond_boundary=beyond_boundary and action == Action.DIFFERENTIAL)
 
 
 def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: list[str],

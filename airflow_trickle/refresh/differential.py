@@ -98,6 +98,9 @@ class Prepared:
 
     sql: str
     local: LocalTopK | None = None
+    #: A top-K's row left it: its rows are recomputed from the query (a recompute's cost, not
+    #: the delta's: ``refresh/cost.observed_times`` weighs it so)
+    beyond_boundary: bool = False
 
 
 def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | None = None,
@@ -122,6 +125,8 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
     if not plan.probes_boundary:
         return Prepared(plan.apply_sql(v))
     for block in plan.counted_groups:
+        if v.groups_probed_whole(block):  # every row of its touched groups is bound: nothing to count
+            continue
         rows = env.engine.collect(plan.groups_sql(v, block))
         few = len(rows) <= KNOWN_GROUPS_LIMIT
         if few:
@@ -140,7 +145,7 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
 
 def _beyond_boundary(plan: DeltaPlan, v: Versions) -> Prepared:
     log.info("%s: a row left the top-K; its rows are recomputed from the query", plan.st.name)
-    return Prepared(plan.apply_sql(v, beyond_boundary=True))
+    return Prepared(plan.apply_sql(v, beyond_boundary=True), beyond_boundary=True)
 
 
 def _top_k_here(env, plan: DeltaPlan, v: Versions, scratch: list[str]) -> Prepared | None:

@@ -63,6 +63,8 @@ class RefreshResult:
     changed_rows: int | None = None
     #: What a DIFFERENTIAL's time was measured under (``refresh.cost.delta_planner``).
     planner: int | None = None
+    #: A top-K's DIFFERENTIAL that recomputed its rows from the query (a row left the top k).
+    beyond_boundary: bool = False
 
 
 class _Recorder:
@@ -90,6 +92,8 @@ class _Recorder:
             phases["changed_rows"] = result.changed_rows
         if result.planner is not None:  # ... and what it measured
             phases["planner"] = result.planner
+        if result.beyond_boundary:  # ... and whether that was a recompute of the top-K
+            phases["beyond_boundary"] = 1
         self.catalog.append_history(RefreshRecord(
             refresh_id=self.refresh_id, st_name=self.name, seq=result.seq, action=action, status=status,
             rows_inserted=result.rows_inserted, rows_deleted=result.rows_deleted, start_time=self.start_time,

@@ -80,6 +80,8 @@ def _combined(parts: list[pc.Expression], function: str) -> pc.Expression:
 
 
 def _leaf(condition: exp.Expression, schema: pa.Schema) -> pc.Expression | None:
+    if condition.args.get("negate"):  # sqlglot writes ``NOT LIKE`` as a negated LIKE
+        return None
     kind = type(condition)
     if kind in _COMPARISONS:
         left, right = condition.this, condition.expression

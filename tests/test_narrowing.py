@@ -89,3 +89,14 @@ def test_each_from_item_gets_the_filter_its_rows_must_pass():
                       "AND o.d > 5 WHERE o.d < 9 AND c.r IS NULL") == {"o": "o.d < 9", "c": "c.r = 'n'"}
     # a FULL join: nothing
     assert conditions("SELECT o.d FROM s.o AS o FULL JOIN s.c AS c ON o.c = c.k WHERE o.d > 1") == {}
+
+
+def test_strings_are_tested_as_a_char_column_would_be_too():
+    # Spark pads a CHAR(6) column's values when it reads them (``'AIR' = 'AIR   '`` holds there);
+    # delta-rs hands over what is stored, padded or not: trailing spaces are ignored both ways
+    rows = pa.table({"id": [1, 2, 3], "m": ["AIR   ", "AIR", "MAIL  "]})
+    for condition, kept in (("t.m = 'AIR'", {1, 2}), ("t.m IN ('AIR  ', 'SHIP')", {1, 2}),
+                            ("t.m LIKE '%IR'", {1, 2}), ("t.m LIKE 'MA%L '", {3}), ("t.m LIKE 'AIR'", {1, 2})):
+        assert set(narrowed(rows, parse_one(condition, dialect=DIALECT))["id"].to_pylist()) == kept, condition
+    for condition in ("t.m > 'A'", "t.m <> 'AIR'", "t.m BETWEEN 'A' AND 'B'"):  # by order: padding matters
+        assert narrowed(rows, parse_one(condition, dialect=DIALECT)) is rows, condition

@@ -12,6 +12,11 @@ literals, ``IS [NOT] NULL``, and the fixed parts of a ``LIKE`` pattern.  Anythin
 treated as true: an AND keeps the parts it can test, an OR only when it can test each
 disjunct.  So the rows kept are always a superset of those the filter keeps -- Spark still
 applies the whole filter -- and a refresh is exactly as correct without this.
+
+Strings are tested as a ``CHAR(n)`` column would be too (Spark pads its values with spaces
+when it reads them, delta-rs does not): only for equality, ``IN`` and ``LIKE``, with trailing
+spaces ignored on both sides -- weaker than Spark's test on a ``STRING``, the same on a
+``CHAR`` -- and never by order.
 """
 from __future__ import annotations
 
@@ -91,19 +96,23 @@ def _leaf(condition: exp.Expression, schema: pa.Schema) -> pc.Expression | None:
         if field is None:
             return None
         other = _field(right, schema) if isinstance(right, exp.Column) else None
-        if other is not None:  # two columns of one row: only of the same type
-            if schema.field(field).type != schema.field(other).type:
+        if other is not None:  # two columns of one row: only of the same type, not strings
+            if schema.field(field).type != schema.field(other).type or _is_string(schema.field(field).type):
                 return None
             return pc.Expression._call(_COMPARISONS[kind], [pc.field(field), pc.field(other)])
         value = _literal(right, schema.field(field).type)
-        return None if value is None else pc.Expression._call(_COMPARISONS[kind], [pc.field(field), value])
+        if value is None:
+            return None
+        if _is_string(schema.field(field).type):
+            return _trimmed(field) == pa.scalar(value.as_py().rstrip(" ")) if kind is exp.EQ else None
+        return pc.Expression._call(_COMPARISONS[kind], [pc.field(field), value])
     if isinstance(condition, exp.Between):
         field = _field(condition.this, schema)
         if field is None:
             return None
         kind = schema.field(field).type
         low, high = _literal(condition.args.get("low"), kind), _literal(condition.args.get("high"), kind)
-        if low is None or high is None:
+        if low is None or high is None or _is_string(kind):
             return None
         return (pc.field(field) >= low) & (pc.field(field) <= high)
     if isinstance(condition, exp.In) and not condition.args.get("query") and not condition.args.get("unnest"):
@@ -113,6 +122,8 @@ def _leaf(condition: exp.Expression, schema: pa.Schema) -> pc.Expression | None:
         values = [_literal(v, schema.field(field).type) for v in condition.expressions]
         if not values or any(v is None for v in values):
             return None
+        if _is_string(schema.field(field).type):
+            return _trimmed(field).isin(pa.array([v.as_py().rstrip(" ") for v in values], type=pa.string()))
         return pc.field(field).isin(pa.array([v.as_py() for v in values], type=values[0].type))
     if isinstance(condition, exp.Is) and isinstance(condition.expression, exp.Null):
         field = _field(condition.this, schema)
@@ -128,7 +139,8 @@ def _leaf(condition: exp.Expression, schema: pa.Schema) -> pc.Expression | None:
 
 def _like(condition: exp.Like, schema: pa.Schema) -> pc.Expression | None:
     """What every string matching the pattern holds: its fixed start, end and middle pieces
-    (``'%special%requests%'``: contains both words, in any order -- a superset)."""
+    (``'%special%requests%'``: contains both words, in any order -- a superset), each without
+    its trailing spaces, and the end tested on the value without its own (a ``CHAR``'s padding)."""
     field = _field(condition.this, schema)
     pattern = condition.expression
     if field is None or not (isinstance(pattern, exp.Literal) and pattern.is_string) \
@@ -137,18 +149,23 @@ def _like(condition: exp.Like, schema: pa.Schema) -> pc.Expression | None:
     text = pattern.this
     if "_" in text or "\\" in text:
         return None
-    pieces = text.split("%")
+    pieces = [piece.rstrip(" ") for piece in text.split("%")]
+    if len(pieces) == 1:
+        return _trimmed(field) == pa.scalar(pieces[0])
     tests = []
     if pieces[0]:
         tests.append(pc.Expression._call("starts_with", [pc.field(field)], pc.MatchSubstringOptions(pieces[0])))
-    if len(pieces) > 1 and pieces[-1]:
-        tests.append(pc.Expression._call("ends_with", [pc.field(field)], pc.MatchSubstringOptions(pieces[-1])))
-    if len(pieces) == 1:
-        return pc.field(field) == pa.scalar(text)
+    if pieces[-1]:
+        tests.append(pc.Expression._call("ends_with", [_trimmed(field)], pc.MatchSubstringOptions(pieces[-1])))
     for piece in pieces[1:-1]:
         if piece:
             tests.append(pc.Expression._call("match_substring", [pc.field(field)], pc.MatchSubstringOptions(piece)))
     return _combined(tests, "and_kleene") if tests else None
+
+
+def _trimmed(field: str) -> pc.Expression:
+    """The string column ``field`` without trailing spaces."""
+    return pc.Expression._call("utf8_rtrim", [pc.field(field)], pc.TrimOptions(" "))
 
 
 def _field(column: exp.Expression, schema: pa.Schema) -> str | None:

@@ -40,7 +40,7 @@ CASES = [
     ("t.m IN ('AIR', 'AIR REG')", {1, 2}, True),
     ("t.m = 'AIR' OR t.id > 5", {1, 6}, True),
     ("t.m IS NULL", {3}, True),
-    ("t.m IS NOT NULL AND t.f > 1", {4, 6}, True),
+    ("t.m IS NOT NULL AND t.f > 1", {4, 6}, False),  # floats are left to Spark (NaN sorts last there)
     ("t.m LIKE 'AIR%'", {1, 2}, True),
     ("t.m LIKE '%REG'", {2}, True),
     ("t.m LIKE 'AIR'", {1}, True),
@@ -70,7 +70,8 @@ def test_arrow_keeps_every_row_the_filter_keeps(condition, kept, whole):
 
 
 def test_untestable_conditions_keep_the_rows_whole():
-    for condition in ("UPPER(t.m) = 'AIR'", "t.m = 'AIR' OR UPPER(t.m) = 'X'", "t.missing = 1", "t.id = 1.5"):
+    for condition in ("UPPER(t.m) = 'AIR'", "t.m = 'AIR' OR UPPER(t.m) = 'X'", "t.missing = 1", "t.id = 1.5",
+                      "t.f > 1", "t.d = CAST('19950901' AS DATE)"):
         assert narrowed(ROWS, parse_one(condition, dialect=DIALECT)) is ROWS, condition
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import logging
+import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,7 +98,8 @@ def _leaf(condition: exp.Expression, schema: pa.Schema) -> pc.Expression | None:
             return None
         other = _field(right, schema) if isinstance(right, exp.Column) else None
         if other is not None:  # two columns of one row: only of the same type, not strings
-            if schema.field(field).type != schema.field(other).type or _is_string(schema.field(field).type):
+            kind_of = schema.field(field).type
+            if kind_of != schema.field(other).type or _is_string(kind_of) or pa.types.is_floating(kind_of):
                 return None
             return pc.Expression._call(_COMPARISONS[kind], [pc.field(field), pc.field(other)])
         value = _literal(right, schema.field(field).type)
@@ -182,6 +184,8 @@ def _literal(value: exp.Expression | None, kind: pa.DataType) -> pa.Scalar | Non
         return None if positive is None else pa.scalar(-positive.as_py(), type=positive.type)
     if isinstance(value, exp.Cast) and isinstance(value.this, exp.Literal) and value.this.is_string \
             and value.to.is_type(exp.DataType.Type.DATE) and pa.types.is_date32(kind):
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.this.this):  # the one form both read alike
+            return None
         return pa.scalar(datetime.date.fromisoformat(value.this.this), type=pa.date32())
     if not isinstance(value, exp.Literal):
         return None
@@ -195,8 +199,8 @@ def _literal(value: exp.Expression | None, kind: pa.DataType) -> pa.Scalar | Non
             return None
         number = decimal.Decimal(text)
         return pa.scalar(number) if number.is_finite() else None
-    if pa.types.is_floating(kind):
-        return pa.scalar(float(text), type=pa.float64())
+    # not floats: Spark orders NaN above every number and equal to itself, Arrow's comparisons
+    # are false on it
     return None
 
 

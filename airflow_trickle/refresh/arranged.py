@@ -283,7 +283,7 @@ def _changed_group_chains(plan, v: Versions) -> list[tuple]:
     each, ``(block, the probes -- the group column's item first, by the values --, the
     (table, column, own) entries whose change values bound the groups)``.  A top-K's aggregate
     too: looked up so, whole, it need not count its touched groups first (one Spark statement
-    less: TPC-H q3 and q10), else it counts them (``probe_groups``)."""
+    less: TPC-H q3), else it counts them (``probe_groups``)."""
     from airflow_trickle.dvm.block import Block
     from airflow_trickle.dvm.base import operators
     from airflow_trickle.dvm.probes import group_keys_of_changes, group_probes

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import logging
+import operator
 import re
 
 import pyarrow as pa
@@ -31,8 +33,8 @@ from sqlglot import exp
 
 log = logging.getLogger(__name__)
 
-_COMPARISONS = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.GT: "greater", exp.GTE: "greater_equal",
-                exp.LT: "less", exp.LTE: "less_equal"}
+_COMPARISONS = {exp.EQ: operator.eq, exp.NEQ: operator.ne, exp.GT: operator.gt, exp.GTE: operator.ge,
+                exp.LT: operator.lt, exp.LTE: operator.le}
 #: The comparison with its sides swapped (``5 < x`` is ``x > 5``).
 _SWAPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
 
@@ -68,21 +70,14 @@ def arrow_condition(condition: exp.Expression, schema: pa.Schema) -> pc.Expressi
         condition = condition.this
     if isinstance(condition, exp.And):
         parts = [part for part in (arrow_condition(c, schema) for c in condition.flatten()) if part is not None]
-        return _combined(parts, "and_kleene") if parts else None
+        return functools.reduce(operator.and_, parts) if parts else None  # Arrow's & and | are Kleene's
     if isinstance(condition, exp.Or):
         parts = [arrow_condition(c, schema) for c in condition.flatten()]
-        return None if any(part is None for part in parts) else _combined(parts, "or_kleene")
+        return None if any(part is None for part in parts) else functools.reduce(operator.or_, parts)
     try:
         return _leaf(condition, schema)
     except (ValueError, TypeError, ArithmeticError, decimal.InvalidOperation):
         return None
-
-
-def _combined(parts: list[pc.Expression], function: str) -> pc.Expression:
-    combined = parts[0]
-    for part in parts[1:]:
-        combined = pc.Expression._call(function, [combined, part])
-    return combined
 
 
 def _leaf(condition: exp.Expression, schema: pa.Schema) -> pc.Expression | None:
@@ -101,13 +96,13 @@ def _leaf(condition: exp.Expression, schema: pa.Schema) -> pc.Expression | None:
             kind_of = schema.field(field).type
             if kind_of != schema.field(other).type or _is_string(kind_of) or pa.types.is_floating(kind_of):
                 return None
-            return pc.Expression._call(_COMPARISONS[kind], [pc.field(field), pc.field(other)])
+            return _COMPARISONS[kind](pc.field(field), pc.field(other))
         value = _literal(right, schema.field(field).type)
         if value is None:
             return None
         if _is_string(schema.field(field).type):
             return _trimmed(field) == pa.scalar(value.as_py().rstrip(" ")) if kind is exp.EQ else None
-        return pc.Expression._call(_COMPARISONS[kind], [pc.field(field), value])
+        return _COMPARISONS[kind](pc.field(field), value)
     if isinstance(condition, exp.Between):
         field = _field(condition.this, schema)
         if field is None:
@@ -156,18 +151,16 @@ def _like(condition: exp.Like, schema: pa.Schema) -> pc.Expression | None:
         return _trimmed(field) == pa.scalar(pieces[0])
     tests = []
     if pieces[0]:
-        tests.append(pc.Expression._call("starts_with", [pc.field(field)], pc.MatchSubstringOptions(pieces[0])))
+        tests.append(pc.starts_with(pc.field(field), pattern=pieces[0]))
     if pieces[-1]:
-        tests.append(pc.Expression._call("ends_with", [_trimmed(field)], pc.MatchSubstringOptions(pieces[-1])))
-    for piece in pieces[1:-1]:
-        if piece:
-            tests.append(pc.Expression._call("match_substring", [pc.field(field)], pc.MatchSubstringOptions(piece)))
-    return _combined(tests, "and_kleene") if tests else None
+        tests.append(pc.ends_with(_trimmed(field), pattern=pieces[-1]))
+    tests += [pc.match_substring(pc.field(field), pattern=piece) for piece in pieces[1:-1] if piece]
+    return functools.reduce(operator.and_, tests) if tests else None
 
 
 def _trimmed(field: str) -> pc.Expression:
     """The string column ``field`` without trailing spaces."""
-    return pc.Expression._call("utf8_rtrim", [pc.field(field)], pc.TrimOptions(" "))
+    return pc.utf8_rtrim(pc.field(field), characters=" ")
 
 
 def _field(column: exp.Expression, schema: pa.Schema) -> str | None:

@@ -349,10 +349,7 @@ def group_keys_of_changes(block, v: Versions, chain: GroupProbe) -> tuple[tuple[
 
     aliases = [alias for alias, _ in block.items]
     group_alias = aliases[chain.item]
-    symmetric = [c for c in _conjuncts(block.template.args["where"].this if block.template.args.get("where") else None)]
-    for n, join in enumerate(block.template.args.get("joins") or [], start=1):
-        if block.step(n).kind is JoinKind.INNER:
-            symmetric += _conjuncts(join.args.get("on"))
+    symmetric = _output_conjuncts(block)
     found = []
     for i, (alias, node) in enumerate(block.items):
         stored = _stored_columns(node)
@@ -514,17 +511,25 @@ def item_conditions(block) -> dict[int, exp.Expression]:
     if JoinKind.FULL in kinds:
         return {}
     joins = block.template.args.get("joins") or []
-    where = block.template.args.get("where")
-    shared = _conjuncts(where.this if where is not None else None)
-    for n, join in enumerate(joins, start=1):
-        if kinds[n] is JoinKind.INNER:
-            shared += _conjuncts(join.args.get("on"))
+    shared = _output_conjuncts(block)
     found = {}
     for i, (alias, _) in enumerate(block.items):
         own = _conjuncts(joins[i - 1].args.get("on")) if kinds[i] is JoinKind.LEFT else shared
         parts = [part for part in (_restricted(c, alias) for c in own) if part is not None]
         if parts:
             found[i] = exp.and_(*parts) if len(parts) > 1 else parts[0]
+    return found
+
+
+def _output_conjuncts(block) -> list[exp.Expression]:
+    """The conjuncts every output row of ``block`` satisfies: the WHERE's and the inner joins' ONs'."""
+    from airflow_trickle.dvm.join import JoinKind
+
+    where = block.template.args.get("where")
+    found = _conjuncts(where.this if where is not None else None)
+    for n, join in enumerate(block.template.args.get("joins") or [], start=1):
+        if block.step(n).kind is JoinKind.INNER:
+            found += _conjuncts(join.args.get("on"))
     return found
 
 

@@ -212,11 +212,11 @@ def _bind_group_chain(run: _Probing, block, probes, origins, v: Versions, *,
     the old versions and at the new.  ``whole_only``: only when every input is looked up (a
     top-K's aggregate, which otherwise counts its touched groups first: :func:`probe_groups`)."""
     values = _changed_values(origins, v, run.tables, run.changes)
-    sides = {}
+    sides, conditions = {}, scan_conditions(block)
     for which in ("old", "new"):
         version = v.at(which)
         sides[which] = run.follow(probes, {_GROUPS: pa.table({probes[0].key: values})},
-                                  lambda p, version=version: version[p.source], scan_conditions(block))
+                                  lambda p, version=version: version[p.source], conditions)
         if probes[0].item not in sides[which]:
             raise Stale("a key of another type than the arrangement's")
         if whole_only and len(sides[which]) < len(probes):

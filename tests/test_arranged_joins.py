@@ -38,6 +38,10 @@ QUERIES = {
     # hold (o's cids, c's ids), at both versions, without counting them first
     "top_customers": "SELECT c.id, c.region, SUM(o.amount) AS s, COUNT(*) AS n FROM {db}.c c JOIN {db}.o o "
                      "ON o.cid = c.id GROUP BY c.id, c.region ORDER BY n DESC, s DESC, id, region LIMIT 2",
+    # x reaches the group column only through o (x.k = o.id, o.cid = c.id): a change of x looks o
+    # up by its keys, at both versions, and their cids are the groups to look up
+    "top_lines": "SELECT c.id, SUM(x.v) AS s, COUNT(*) AS n FROM {db}.c c JOIN {db}.o o ON o.cid = c.id "
+                 "JOIN {db}.x x ON x.k = o.id WHERE o.amount > 3 GROUP BY c.id ORDER BY s DESC, n DESC, id LIMIT 3",
     # subqueries planned as joins with an aggregate of one table grouped by the key: probed
     # through that table (c's change looks up o by cid), and the aggregate's own touched groups
     # recomputed from o probed by its change's keys
@@ -94,15 +98,47 @@ def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_pat
     assert "touched groups" in text, "no aggregate's touched groups were recomputed from probes"
     assert "through an aggregate" in text, "no term probed an input through the aggregate it changes"
     assert "groups by cid: probed" in text, "no subquery's aggregate was recomputed from probes"
-    assert "change, outer (o recomputed for its keys): probed" in text, "no outer term probed its inputs"
+    assert re.search(r"change, outer \([oc] recomputed for its keys\): probed", text), "no outer term probed its inputs"
     assert "from the changes): probed" in text, "no inner aggregate's groups were looked up by the changes' keys"
     assert re.search(r"\.top_customers: groups by id \(\d+ from the changes\): probed", text), \
         "no top-K's groups were looked up by the changes' keys without counting them"
+    assert re.search(r"\.top_lines: groups by id \(\d+ from the changes, x through o\): probed", text), \
+        "no change reached its groups through another input"
     narrowed = [(int(kept), int(read)) for kept, read in re.findall(r"\((\d+) of (\d+) rows\)", text)]
     assert any(kept < read for kept, read in narrowed), "no change was narrowed by its block's filter"
     assert "built at" in text
     assert "caught up" in text or "warm" in text
     assert "wiped" in seen and "lag" in seen
+
+
+def test_a_change_reaches_its_groups_through_the_input_between(tr, db, tmp_path, monkeypatch, caplog):
+    """x meets the group column c.id only through o (x.k = o.id, o.cid = c.id): the keys of its
+    change look o up, at both versions, and the cids found are groups recomputed -- beside a
+    change of o on other customers, an order moving to another customer, and x rows whose order
+    has no customer (a NULL cid touches no group) or fails the filter."""
+    monkeypatch.setattr(tr.config, "arrangement_min_rows", 0)
+    monkeypatch.setattr(tr.config, "arrangement_dir", str(tmp_path / "arrangements"))
+    load = workload(tr, db, ["o", "c", "x"], {"top_lines": QUERIES["top_lines"]})
+    name = f"{db}.top_lines"
+    none = {"insert": [], "delete": [], "move": [], "empty": False}
+    steps = [
+        # x's new rows meet order 2 (customer 1), order 4 (no customer) and order 3 (amount NULL);
+        # o's change is a new order of customer 3
+        {"x": {**none, "insert": [(2, 9), (4, 1), (3, 5)]}, "o": {**none, "insert": [(6, 3, 5, "1.00")]}},
+        # x's rows of order 1 (customer 1) go; order 6 moves from customer 3 to customer 2
+        {"x": {**none, "delete": [1]}, "o": {**none, "move": [(6, 2)]}},
+        # x alone: its rows of order 2 (customer 1) change their value
+        {"x": {**none, "move": [(2, 6)]}},
+    ]
+    for step in steps:
+        load.apply(step)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="airflow_trickle"):
+            result = tr.refresh_stream_table(name)
+        assert (result.status, result.action) == ("COMPLETED", "DIFFERENTIAL"), result
+        assert re.search(r"\.top_lines: groups by id \(\d+ from the changes, x through o\): probed", caplog.text), \
+            caplog.text
+        load.check(name)
 
 
 @pytest.mark.both_spark_modes

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_trickle.dvm.base import W, Versions
+from airflow_trickle.dvm.base import W, Versions, operators
 from airflow_trickle.dvm.probes import (OUTER_KEYS, JoinTerm, KeyedDelta, OuterTerm, Probe, item_conditions, join_terms,
                                         keyed_deltas, outer_terms)
 from airflow_trickle.refresh.narrowing import narrowed
@@ -84,39 +84,46 @@ def probe_inputs(env, plan, scratch: list[str]) -> tuple[Versions, ProbeReport]:
     ``scratch``), and what was done: the changes read once, the join-delta terms
     (``dvm/probes.join_terms``), the aggregates of one table whose touched groups are
     recomputed from it (``keyed_deltas``), the outer joins' terms (``outer_terms``) and the
-    aggregates of joins whose groups the changes' keys bound."""
+    aggregates of joins whose groups the changes' keys bound.
+
+    Those aggregates go first: one whose inputs are all looked up by the groups ("whole") needs
+    no input delta (``dvm/aggregate.py``), so the terms under it are neither probed nor handed
+    to Spark, nor are the changes only they read (TPC-H q10: 6 local relations less).
+    """
     v, report = plan.versions, ProbeReport()
     arrangements = arrangements_of(env.config)
     if arrangements is None:
         return v, report
     run = _Probing(env, plan.st.name, _Tables(env, plan.st.name), arrangements, scratch, report)
-    v = _read_changes_once(env, plan, v, run.tables, run.changes, scratch, report)
+    read = _read_changes_once(plan, v, run.tables, run.changes)
     min_rows = env.config.arrangement_min_rows
     terms = [t for t in join_terms(plan.node, v) if run.worth_it(t.source, t.probes, min_rows)]
     grouped = [g for g in keyed_deltas(plan.node, v) if run.worth_it(g.source, [g], min_rows)]
     outer = [t for t in outer_terms(plan.node, v)
              if run.worth_it(t.source, [_changed_probe(t), *t.probes], min_rows)]
-    chains = [c for c in _changed_group_chains(plan, v) if run.worth_it(c[2][0][0], c[1], min_rows)]
+    chains = [c for c in _changed_group_chains(plan, v) if run.worth_it(c[2][0].table, c[1], min_rows)]
     for term in terms:
         run.wanted.add_all(term.probes, lambda p: {v.at(p.which)[p.source]})
     both = lambda p: {v.old[p.source], v.new[p.source]}  # noqa: E731
     for g in grouped:
         run.wanted.add(g, both(g))
-    for _, probes, _ in chains:
-        run.wanted.add_all(probes, both)
+    for _, probes, origins in chains:
+        run.wanted.add_all([*probes, *(o.via for o in origins if o.via is not None)], both)
     for term in outer:
         run.wanted.add(_changed_probe(term), both(term))
         run.wanted.add_all(term.probes, lambda p: {v.at(p.which)[p.source]})
-    for term in terms:
-        v = run.attempt(v, f"{term.source} change", lambda v, term=term: _bind_join_term(run, term, v))
-    for g in grouped:
-        v = run.attempt(v, f"{g.source} groups by {g.key}", lambda v, g=g: _bind_keyed_groups(run, g, v))
-    for term in outer:
-        v = run.attempt(v, f"{term.source} change, outer", lambda v, term=term: _bind_outer_term(run, term, v))
     for chain in chains:
         v = run.attempt(v, f"groups by {chain[1][0].key}",
                         lambda v, chain=chain: _bind_group_chain(run, *chain, v,
                                                                  whole_only=chain[0] in plan.counted_groups))
+    unused = {id(node) for block, _, _ in chains if v.groups_probed_whole(block) for node in operators(block)}
+    v = _bind_changes(env, v, read, unused, scratch, report)
+    for term in [t for t in terms if id(t.block) not in unused]:
+        v = run.attempt(v, f"{term.source} change", lambda v, term=term: _bind_join_term(run, term, v))
+    for g in [g for g in grouped if id(g.block) not in unused]:
+        v = run.attempt(v, f"{g.source} groups by {g.key}", lambda v, g=g: _bind_keyed_groups(run, g, v))
+    for term in [t for t in outer if id(t.block) not in unused]:
+        v = run.attempt(v, f"{term.source} change, outer", lambda v, term=term: _bind_outer_term(run, term, v))
     for event in arrangements.events:
         log.info("%s: arrangement %s", plan.st.name, event)
     report.build_ms = int(arrangements.build_seconds * 1000)
@@ -211,8 +218,9 @@ def _bind_group_chain(run: _Probing, block, probes, origins, v: Versions, *,
     """An aggregate of a join: its inputs looked up by the group values the changes bound, at
     the old versions and at the new.  ``whole_only``: only when every input is looked up (a
     top-K's aggregate, which otherwise counts its touched groups first: :func:`probe_groups`)."""
-    values = _changed_values(origins, v, run.tables, run.changes)
-    sides, conditions = {}, scan_conditions(block)
+    conditions = scan_conditions(block)
+    values = _changed_values(run, origins, v, conditions)
+    sides = {}
     for which in ("old", "new"):
         version = v.at(which)
         sides[which] = run.follow(probes, {_GROUPS: pa.table({probes[0].key: values})},
@@ -225,7 +233,8 @@ def _bind_group_chain(run: _Probing, block, probes, origins, v: Versions, *,
         v = v.bind(block, f"groups {which}", bound)
     if len(sides["new"]) == len(probes):  # every input looked up: every row of those groups, nothing else
         v = v.bind(block, "groups whole", True)
-    return v, f" ({len(values)} from the changes): probed " + "; ".join(
+    through = "".join(f", {block.items[o.item][0]} through {block.items[o.via.item][0]}" for o in origins if o.via)
+    return v, f" ({len(values)} from the changes{through}): probed " + "; ".join(
         f"{which} " + ", ".join(f"{block.items[i][0]} {rows.num_rows}" for i, (rows, _) in result.items())
         for which, result in sides.items())
 
@@ -238,10 +247,10 @@ _PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.typ
           pa.types.is_timestamp, pa.types.is_binary, pa.types.is_large_binary)
 
 
-def _read_changes_once(env, plan, v: Versions, tables: "_Tables", changes: dict, scratch: list[str],
-                       report: ProbeReport) -> Versions:
-    """``v`` with the change of every changed source the delta reads from its change feed read
-    once, by delta-rs, and handed to Spark as a temporary view each scan of it reads.
+def _read_changes_once(plan, v: Versions, tables: "_Tables",
+                       changes: dict) -> dict[str, tuple[pa.Table, tuple, list]]:
+    """The change of every changed source the delta reads from its change feed, read once, by
+    delta-rs: source -> (its rows, their columns, the scans reading it), for :func:`_bind_changes`.
 
     Why: a delta reads a change many times -- each join term, the keys of an outer term and of
     an aggregate's touched groups, both sides of each recompute (TPC-H q13: eight reads of
@@ -249,7 +258,6 @@ def _read_changes_once(env, plan, v: Versions, tables: "_Tables", changes: dict,
     the change files.  The rows are the feed's, weighted as ``Scan.delta`` weights them; a
     source delta-rs cannot read, or a change over ``MAX_CHANGE_VIEW_ROWS`` rows or of columns
     not of plain types, keeps Spark's reads."""
-    from airflow_trickle.dvm.base import operators
     from airflow_trickle.dvm.scan import Scan
     from airflow_trickle.storage.deltalog import changed_rows
 
@@ -257,6 +265,7 @@ def _read_changes_once(env, plan, v: Versions, tables: "_Tables", changes: dict,
     for node in operators(plan.node):
         if isinstance(node, Scan) and node.changed(v) and v.use_cdf.get(node.name, True):
             scans.setdefault(node.name, []).append(node)
+    read = {}
     for source, nodes in scans.items():
         columns = tuple(dict.fromkeys(c for n in nodes for c in n.columns))
         try:
@@ -264,11 +273,26 @@ def _read_changes_once(env, plan, v: Versions, tables: "_Tables", changes: dict,
                                                               v.new[source]) > MAX_CHANGE_VIEW_ROWS:
                 continue
             rows = _change(source, columns, v, tables, changes)
-            if not all(any(test(f.type) for test in _PLAIN) for f in rows.schema):
-                continue
-            [(view, _)] = _registered(env, {0: (rows, columns)}, scratch).values()
         except Exception as err:  # noqa: BLE001 - an optimisation: Spark reads the feed
             log.info("%s: the change of %s is read by Spark: %s", plan.st.name, source, err)
+            continue
+        if all(any(test(f.type) for test in _PLAIN) for f in rows.schema):
+            read[source] = (rows, columns, nodes)
+    return read
+
+
+def _bind_changes(env, v: Versions, read: dict, unused: set[int], scratch: list[str],
+                  report: ProbeReport) -> Versions:
+    """``v`` with each change ``read`` handed to Spark as a temporary view every scan of it
+    reads, but for the scans in ``unused`` (whose delta no statement computes)."""
+    for source, (rows, columns, nodes) in read.items():
+        nodes = [node for node in nodes if id(node) not in unused]
+        if not nodes:
+            continue
+        try:
+            [(view, _)] = _registered(env, {0: (rows, columns)}, scratch).values()
+        except Exception as err:  # noqa: BLE001 - an optimisation: Spark reads the feed
+            log.info("the change of %s is read by Spark: %s", source, err)
             continue
         for node in nodes:
             v = v.bind(node, "change", view)
@@ -281,20 +305,22 @@ def _changed_group_chains(plan, v: Versions) -> list[tuple]:
     """The aggregates of joins below the top whose touched groups can be recomputed from inputs
     looked up by group values the changes bound (``dvm/probes.group_keys_of_changes``): for
     each, ``(block, the probes -- the group column's item first, by the values --, the
-    (table, column, own) entries whose change values bound the groups)``.  A top-K's aggregate
+    ``GroupOrigin`` of each changed item, whose values bound the groups)``.  A top-K's aggregate
     too: looked up so, whole, it need not count its touched groups first (one Spark statement
     less: TPC-H q3), else it counts them (``probe_groups``)."""
     from airflow_trickle.dvm.block import Block
-    from airflow_trickle.dvm.base import operators
-    from airflow_trickle.dvm.probes import group_keys_of_changes, group_probes
+    from airflow_trickle.dvm.probes import group_chains, group_keys_of_changes
 
     found = []
     for block in operators(plan.node):
         if (block is plan.node or not isinstance(block, Block)
                 or len(block.items) < 2 or not block.changed(v)):
             continue
-        chain = group_probes(block, v)
-        origins = group_keys_of_changes(block, v, chain) if chain is not None else None
+        bounded = [(chain, origins) for chain in group_chains(block, v)
+                   if (origins := group_keys_of_changes(block, v, chain))]
+        # a group column every change holds itself before one a change reaches through another
+        # input (TPC-H q18: o_orderkey, not c_custkey -- a customer's every order)
+        chain, origins = min(bounded, key=lambda found: any(o.via for o in found[1]), default=(None, None))
         if origins:
             start = Probe(item=chain.item, source=chain.source, which="", key=chain.key, columns=chain.columns,
                           by=_GROUPS, by_column=chain.key)
@@ -302,17 +328,38 @@ def _changed_group_chains(plan, v: Versions) -> list[tuple]:
     return found
 
 
-def _changed_values(origins, v: Versions, tables: "_Tables", changes: dict) -> pa.Array:
-    """The distinct values of each ``(table, column, is the group column)`` in ``origins`` among
-    its change's rows, NULL left out; raises
-    :class:`Stale` when the group column's own change holds a NULL (the NULL group changed)."""
+def _changed_values(run: _Probing, origins, v: Versions, conditions: dict) -> pa.Array:
+    """The distinct group values ``origins`` (``dvm/probes.GroupOrigin``) give: each changed
+    item's column among its change's rows -- or among the rows of the input its values look up,
+    at the old versions and at the new --, without the rows the block's filter surely rejects
+    (they meet no output row) and NULL left out; raises :class:`Stale` when a value of the
+    group column itself is NULL (the NULL group changed)."""
     arrays = []
-    for source, column, own in origins:
-        values = _change(source, (column,), v, tables, changes)[column].combine_chunks()
-        if own and values.null_count:
-            raise Stale(f"the change of {source} holds a NULL {column}")
-        arrays.append(values.drop_null().cast(pa.int64()) if pa.types.is_integer(values.type) else values.drop_null())
+    for origin in origins:
+        rows = _change(origin.table, origin.columns, v, run.tables, run.changes)
+        rows = narrowed(rows, conditions.get(origin.item))
+        if origin.via is None:
+            arrays.append(_group_values(rows[origin.column], origin.own, origin.table))
+            continue
+        via = origin.via
+        arranged = _ready(via.source, via.key, run.tables, run.arrangements, run.wanted, run.ready)
+        keys = rows[origin.column].combine_chunks().drop_null()  # a NULL key meets no partner
+        if not _comparable(keys.type, arranged.base.schema.field(via.key).type):
+            raise Stale(f"a key of type {keys.type} is not looked up in the arrangement")
+        keys = np.asarray(pc.unique(keys).to_numpy(zero_copy_only=False))
+        for which in ("old", "new"):
+            found = narrowed(_probed(arranged, keys, v.at(which)[via.source], via.columns), conditions.get(via.item))
+            arrays.append(_group_values(found[origin.value], origin.own, via.source))
     return pc.unique(pa.concat_arrays(arrays))
+
+
+def _group_values(values, own: bool, source: str) -> pa.Array:
+    """``values`` without NULL, integers as int64; raises :class:`Stale` when ``own`` (the group
+    column itself) and one is NULL."""
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if own and values.null_count:
+        raise Stale(f"{source} holds a NULL group value among those the changes touch")
+    return values.drop_null().cast(pa.int64()) if pa.types.is_integer(values.type) else values.drop_null()
 
 
 def _changed_probe(term: OuterTerm) -> Probe:

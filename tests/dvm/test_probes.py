@@ -216,8 +216,15 @@ def test_an_outer_terms_inputs_are_probed_by_the_changes_join_keys():
     assert outer_terms(node, versions("s.c")) == ()
 
 
-def test_the_groups_an_aggregate_of_a_join_touches_are_bounded_by_the_changes_keys():
+def origins(block, v) -> tuple[tuple, ...] | None:
     from airflow_trickle.dvm.probes import group_keys_of_changes, group_probes
+
+    found = group_keys_of_changes(block, v, group_probes(block, v))
+    return found and tuple((o.table, o.column, o.own, o.via and (o.via.source, o.via.key), o.value) for o in found)
+
+
+def test_the_groups_an_aggregate_of_a_join_touches_are_bounded_by_the_changes_keys():
+    from airflow_trickle.dvm.probes import group_probes
 
     inner = ("SELECT c.id, COUNT(o.id) AS n FROM s.c AS c LEFT JOIN s.o AS o ON c.id = o.cid "
              "JOIN s.n AS n ON n.nation = c.nation GROUP BY c.id")
@@ -226,15 +233,32 @@ def test_the_groups_an_aggregate_of_a_join_touches_are_bounded_by_the_changes_ke
     chain = group_probes(block, versions("s.o"))
     assert (chain.source, chain.key) == ("s.c", "id")
     # o, the LEFT join's null-supplying side: its cids; c, the group column's own table: its ids
-    assert group_keys_of_changes(block, versions("s.o"), chain) == (("s.o", "cid", False),)
-    assert group_keys_of_changes(block, versions("s.o", "s.c"), chain) == (("s.c", "id", True), ("s.o", "cid", False))
-    # n is joined to c by another column: its change can touch any group
-    assert group_keys_of_changes(block, versions("s.n"), chain) is None
+    assert origins(block, versions("s.o")) == (("s.o", "cid", False, None, None),)
+    assert origins(block, versions("s.o", "s.c")) == (("s.c", "id", True, None, None),
+                                                      ("s.o", "cid", False, None, None))
+    # n is joined to c by another column: its nations look c up, whose ids are the groups
+    assert origins(block, versions("s.n")) == (("s.n", "nation", True, ("s.c", "nation"), "id"),)
     # an inner equality with the group column bounds it too
     by_where = plan(qualified("SELECT c.id, SUM(o.amount) AS s FROM s.c AS c, s.o AS o WHERE o.cid = c.id "
                               "GROUP BY c.id"), COLUMNS)
-    assert group_keys_of_changes(by_where, versions("s.o"), group_probes(by_where, versions("s.o"))) == (
-        ("s.o", "cid", False),)
+    assert origins(by_where, versions("s.o")) == (("s.o", "cid", False, None, None),)
+
+
+def test_a_change_two_equalities_from_the_group_column_reaches_it_through_the_input_between():
+    query = ("SELECT c.id, SUM(x.v) AS s FROM s.c AS c JOIN s.o AS o ON o.cid = c.id "
+             "JOIN s.x AS x ON x.k = o.id WHERE o.day > DATE '2020-01-01' GROUP BY c.id")
+    block = plan(qualified(query), COLUMNS)
+    # x reaches c.id only through o: its keys look o up by id, whose cids are the groups
+    assert origins(block, versions("s.x")) == (("s.x", "k", False, ("s.o", "id"), "cid"),)
+    assert origins(block, versions("s.x", "s.o")) == (("s.o", "cid", False, None, None),
+                                                      ("s.x", "k", False, ("s.o", "id"), "cid"))
+    # x joined by a LEFT join: its term is not linear, and its key pairs it with o, not c
+    left = plan(qualified(query.replace("JOIN s.x", "LEFT JOIN s.x")), COLUMNS)
+    assert origins(left, versions("s.x")) is None
+    # two hops away: x reaches n only through o and c -- not bounded
+    two = plan(qualified("SELECT n.name, SUM(x.v) AS s FROM s.n AS n, s.c AS c, s.o AS o, s.x AS x "
+                         "WHERE n.nation = c.nation AND c.id = o.cid AND x.k = o.id GROUP BY n.name"), COLUMNS)
+    assert origins(two, versions("s.x")) is None
 
 
 def test_a_change_read_once_is_what_every_scan_of_it_reads():

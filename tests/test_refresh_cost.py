@@ -246,3 +246,15 @@ def test_phase_clock_accumulates_and_formats():
         pass
     assert set(clock.to_dict()) == {"plan"}  # no session: no job count
     assert format_phases({"commit": 2100, "plan": 3, "spark_jobs": 11}) == "plan 3 · commit 2100 ms · 11 jobs"
+
+
+def test_a_delta_measured_over_a_much_larger_window_does_not_hide_the_small_windows_samples():
+    # TPC-H q20 at SF 3: one delta over 17 cycles' changes, then two over one cycle's each
+    history = [_record("DIFFERENTIAL", 41_800, changed=28_311), _record("DIFFERENTIAL", 50_300, changed=28_425),
+               _record("DIFFERENTIAL", 35_100, changed=461_015), _record("FULL", 2_200)]
+    observed = observed_times(history)
+    assert (observed.differential_ms, observed.differential_changed) == (35_100, 461_015)  # the fastest of all
+    reason = slower_than_full(28_366, observed, max_time_ratio=1.0)
+    assert reason is not None and reason.startswith("its DIFFERENTIAL refreshes took 41.8 s (28,311 changed")
+    # with only the large window measured, a small change still tries the delta
+    assert slower_than_full(28_366, observed_times(history[2:]), max_time_ratio=1.0) is None

@@ -258,3 +258,17 @@ def test_a_delta_measured_over_a_much_larger_window_does_not_hide_the_small_wind
     assert reason is not None and reason.startswith("its DIFFERENTIAL refreshes took 41.8 s (28,311 changed")
     # with only the large window measured, a small change still tries the delta
     assert slower_than_full(28_366, observed_times(history[2:]), max_time_ratio=1.0) is None
+
+
+def test_a_delta_measured_far_slower_than_recomputing_is_measured_again_less_often():
+    # TPC-H q20 at SF 1: its delta took 7.2 s, its FULL 1.7 s; measuring it every 9th refresh
+    # cost 37% on average -- it waits until the measuring refresh adds a tenth of the FULLs' time
+    history = [_record("FULL", 1_655)] * REMEASURE_AFTER + [_record("DIFFERENTIAL", 7_155, changed=11_850)]
+    assert slower_than_full(11_850, observed_times(history), max_time_ratio=1.0) is not None
+    waited = [_record("FULL", 1_655)] * 33 + history[-1:]
+    assert slower_than_full(11_850, observed_times(waited), max_time_ratio=1.0) is not None
+    waited = [_record("FULL", 1_655)] * 34 + history[-1:]
+    assert slower_than_full(11_850, observed_times(waited), max_time_ratio=1.0) is None
+    # a delta only a little slower is measured again after REMEASURE_AFTER, as before
+    close = [_record("FULL", 3_000)] * REMEASURE_AFTER + [_record("DIFFERENTIAL", 3_300, changed=2_000)]
+    assert slower_than_full(2_000, observed_times(close), max_time_ratio=1.0) is None

@@ -21,6 +21,7 @@ expected to touch ~450,000 of 450,000 stored rows (fan-out 450 per changed sourc
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +113,13 @@ def full_is_cheaper(estimate: ChangeEstimate, *, max_change_ratio: float, max_to
 #: FULL refreshes the time rule may choose in a row before one DIFFERENTIAL measures the delta
 #: again (the sources, the table and the changes move on; a measurement goes stale).
 REMEASURE_AFTER = 8
+#: ...or more, for a delta measured far slower than recomputing: as many as keep the measuring
+#: refresh's extra time to this share of the FULLs' (on average).  A delta 4.3× its FULL
+#: (TPC-H q20 at SF 1: 7.2 s, 1.7 s) measured every 9th refresh made them 37% dearer.
+REMEASURE_OVERHEAD = 0.1
+#: ...but never more than this: the tables grow, the changes shrink (and the rule reads the
+#: newest 50 refreshes of the history: ``refresh/apply.recent_times``).
+MAX_REMEASURE_AFTER = 40
 #: Measurements of each kind the time rule takes the fastest of: one refresh's time moves by a
 #: second or more with what else the machine does (a garbage collection, a concurrent task), and
 #: noise only ever adds time.
@@ -220,6 +228,19 @@ def observed_times(records, planner: int | None = None) -> ObservedTimes:
     return ObservedTimes(fastest[0], fastest[1], min(fulls, default=None), fulls_since, tuple(differentials))
 
 
+def remeasure_after(differential_ms: int, full_ms: int) -> int:
+    """FULL refreshes in a row after which a delta measured at ``differential_ms`` (its FULL
+    taking ``full_ms``) is measured again: :data:`REMEASURE_AFTER`, more when the delta is so
+    slow that measuring it that often would add more than :data:`REMEASURE_OVERHEAD` of the
+    FULLs' time, at most :data:`MAX_REMEASURE_AFTER`.
+
+    >>> remeasure_after(5_500, 3_700), remeasure_after(7_155, 1_655), remeasure_after(39_500, 2_200)
+    (8, 34, 40)
+    """
+    excess = differential_ms / max(full_ms, 1) - 1
+    return min(MAX_REMEASURE_AFTER, max(REMEASURE_AFTER, math.ceil(round(excess / REMEASURE_OVERHEAD, 6))))
+
+
 def slower_than_full(changed_rows: int, observed: ObservedTimes, *, max_time_ratio: float) -> str | None:
     """Why this refresh recomputes because the delta was measured slower than recomputing, or
     None: when the (fastest recent) DIFFERENTIAL of this stream table, for a change at least half
@@ -228,8 +249,9 @@ def slower_than_full(changed_rows: int, observed: ObservedTimes, *, max_time_rat
     The rows a delta touches (:func:`full_is_cheaper`) do not show what its joins cost: each
     term joins one input's change with the whole of the others, so on tables of a few million
     rows a delta can cost more than the query (TPC-H at SF 1: 19 of 19 queries).  The history
-    shows it.  After :data:`REMEASURE_AFTER` FULL refreshes in a row a DIFFERENTIAL runs
-    again, so a measurement made on other data does not decide forever.
+    shows it.  After :data:`REMEASURE_AFTER` FULL refreshes in a row (more for a delta far
+    slower: :func:`remeasure_after`) a DIFFERENTIAL runs again, so a measurement made on other
+    data does not decide forever.
 
     >>> seen = ObservedTimes(differential_ms=5500, differential_changed=2000, full_ms=3700)
     >>> print(slower_than_full(1900, seen, max_time_ratio=1.0))
@@ -246,7 +268,7 @@ def slower_than_full(changed_rows: int, observed: ObservedTimes, *, max_time_rat
     >>> slower_than_full(28_366, piled, max_time_ratio=1.0).split("),")[0]
     'its DIFFERENTIAL refreshes took 41.8 s (28,311 changed source rows'
     """
-    if observed.differential_ms is None or observed.full_ms is None or observed.fulls_since >= REMEASURE_AFTER:
+    if observed.differential_ms is None or observed.full_ms is None:
         return None
     samples = observed.samples or ((observed.differential_ms, observed.differential_changed or 0),)
     comparable = [(ms, changed) for ms, changed in samples if 2 * changed_rows >= changed]
@@ -254,6 +276,8 @@ def slower_than_full(changed_rows: int, observed: ObservedTimes, *, max_time_rat
         return None
     took, changed = min(comparable)
     if took <= max_time_ratio * max(observed.full_ms, 1):
+        return None
+    if observed.fulls_since >= remeasure_after(took, observed.full_ms):
         return None
     return (f"its DIFFERENTIAL refreshes took {took / 1000:.1f} s "
             f"({changed:,} changed source rows), its FULL ones "
@@ -279,7 +303,8 @@ def describe_times(observed: ObservedTimes, *, max_time_ratio: float) -> str:
             f"source rows), FULL {observed.full_ms / 1000:.1f} s (the fastest of the last {SAMPLES} of each): ")
     smallest = -(-(observed.differential_changed or 0) // 2)  # the smallest change the rule sends FULL
     if slower_than_full(observed.differential_changed or 0, observed, max_time_ratio=max_time_ratio) is None:
-        if observed.fulls_since >= REMEASURE_AFTER and observed.differential_ms > max_time_ratio * observed.full_ms:
+        if (observed.fulls_since >= remeasure_after(observed.differential_ms, observed.full_ms)
+                and observed.differential_ms > max_time_ratio * observed.full_ms):
             return text + f"after {observed.fulls_since} FULL refreshes the next runs DIFFERENTIAL to measure it again"
         return text + "the delta runs"
     return text + f"a change of {smallest:,} row{'s' if smallest != 1 else ''} or more runs FULL"

@@ -187,7 +187,8 @@ def by_cost_model(decision: Decision, st: StreamTable, estimate: ChangeEstimate 
         return decision
     options = st.options
     # A fan-out no refresh has measured is assumed to be 1; after REMEASURE_AFTER FULL refreshes
-    # in a row the delta runs once to measure it (else the assumption would decide for good).
+    # in a row the delta runs once to measure it (else the assumption would decide for good) --
+    # unless the time rule has measured it far slower than recomputing (cost.remeasure_after).
     remeasure = estimate.fanout is None and observed is not None and observed.fulls_since >= REMEASURE_AFTER
     too_costly = full_is_cheaper(
         estimate, max_change_ratio=options.ratio("differential_max_change_ratio", config),

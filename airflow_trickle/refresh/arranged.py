@@ -342,13 +342,11 @@ def _changed_values(run: _Probing, origins, v: Versions, conditions: dict) -> pa
             arrays.append(_group_values(rows[origin.column], origin.own, origin.table))
             continue
         via = origin.via
-        arranged = _ready(via.source, via.key, run.tables, run.arrangements, run.wanted, run.ready)
-        keys = rows[origin.column].combine_chunks().drop_null()  # a NULL key meets no partner
-        if not _comparable(keys.type, arranged.base.schema.field(via.key).type):
-            raise Stale(f"a key of type {keys.type} is not looked up in the arrangement")
-        keys = np.asarray(pc.unique(keys).to_numpy(zero_copy_only=False))
-        for which in ("old", "new"):
-            found = narrowed(_probed(arranged, keys, v.at(which)[via.source], via.columns), conditions.get(via.item))
+        keys = rows[origin.column].drop_null()  # a NULL key meets no partner
+        sides = _both_sides(via.source, via.key, via.columns, keys, v, run.tables, run.arrangements, run.wanted,
+                            run.ready)
+        for found in sides.values():
+            found = narrowed(found, conditions.get(via.item))
             arrays.append(_group_values(found[origin.value], origin.own, via.source))
     return pc.unique(pa.concat_arrays(arrays))
 

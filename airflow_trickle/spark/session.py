@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -212,6 +213,9 @@ def runtime_conf(config: TrickleConfig) -> dict[str, str]:
             if k not in STATIC_KEYS and k.startswith(("spark.sql.", "spark.databricks."))}
 
 
+_CONNECT_MARK_LOCK = threading.Lock()
+
+
 def connect_session(address: str, config: TrickleConfig, *, warehouse: str | None = None):
     """A new Spark Connect session on the service at ``address`` (``sc://host:port``).
 
@@ -230,15 +234,18 @@ def connect_session(address: str, config: TrickleConfig, *, warehouse: str | Non
                                 "into the spark_connect connection), or check the connection's host and port")
     from pyspark.sql import SparkSession
 
-    connect_mode_before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
-    # the settings go in one request with the session (one by one, ten of them took 0.08 s of
-    # a refresh task); a static one the server started with its own value is skipped silently
-    spark = SparkSession.builder.remote(address).config(map=runtime_conf(config)).create()
-    if connect_mode_before is None:
-        # pyspark marks the whole process (and its children) as Spark Connect, after which a
-        # classic session -- an embedded one, a spark-submit child -- cannot start.  The engine
-        # calls only session and DataFrame methods, which need no such mark.
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    # pyspark marks the whole process (and its children) as Spark Connect, after which a
+    # classic session -- an embedded one, a spark-submit child -- cannot start.  The engine
+    # calls only session and DataFrame methods, which need no such mark, so it is taken off
+    # again -- under a lock: two threads making sessions at once would otherwise each see the
+    # other's mark as one that was there before, and leave it.
+    with _CONNECT_MARK_LOCK:
+        connect_mode_before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+        # the settings go in one request with the session (one by one, ten of them took 0.08 s
+        # of a refresh task); a static one the server started with its own value is skipped silently
+        spark = SparkSession.builder.remote(address).config(map=runtime_conf(config)).create()
+        if connect_mode_before is None:
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     _short_retries(spark)
     if warehouse is not None and uses_in_memory_catalog(spark):
         served = (local_path(default_warehouse(spark)) or default_warehouse(spark)).rstrip("/")

@@ -21,3 +21,30 @@ def test_rows_behind_empty_record_batches_reach_spark(spark):
         assert spark.sql("SELECT COUNT(*) FROM __test_batches").first()[0] == 4
     finally:
         spark.catalog.dropTempView("__test_batches")
+
+
+def test_a_large_local_relation_is_kept_out_of_the_plan_and_reads_the_same(spark, monkeypatch):
+    """Over ``PLAN_HELD_MAX_ROWS`` rows, a classic session gets the rows as a dataset rather than
+    in the plan (which Spark's optimizer walks in every rule); they read the same either way,
+    NULLs and duplicates included, and the session's setting is left as it was."""
+    from airflow_trickle.spark import engine
+
+    rows = pa.table({"k": pa.array([1, 1, None, 3], pa.int64()), "v": pa.array(["a", "a", None, "c"])})
+    before = spark.conf.get("spark.sql.execution.arrow.localRelationThreshold")
+    plans = {}
+    for limit in (100, 3):
+        monkeypatch.setattr(engine, "PLAN_HELD_MAX_ROWS", limit)
+        view = f"__test_rows_{limit}"
+        frame = SparkEngine(spark).local_relation(rows, view)
+        try:
+            got = spark.sql(f"SELECT a.k, a.v, b.v AS w FROM {view} a JOIN {view} b ON a.k = b.k").collect()
+            assert sorted(map(tuple, got), key=str) == sorted([(1, "a", "a")] * 4 + [(3, "c", "c")], key=str)
+            assert sorted(map(tuple, frame.collect()), key=str) == sorted(
+                [(1, "a"), (1, "a"), (None, None), (3, "c")], key=str)
+        finally:
+            spark.catalog.dropTempView(view)
+        if not engine.is_connect(spark):
+            plans[limit] = frame._jdf.queryExecution().analyzed().toString()
+    assert spark.conf.get("spark.sql.execution.arrow.localRelationThreshold") == before
+    if plans:
+        assert "LocalRelation" in plans[100] and "LocalRelation" not in plans[3]

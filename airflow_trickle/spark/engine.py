@@ -136,10 +136,7 @@ class SparkEngine:
 
             schema = from_arrow_schema(plain)
         with _outside_the_plan(self.spark, rows.num_rows):
-            if schema is not None:
-                frame = frame_of(self.spark, rows.cast(plain), schema=schema)
-            else:
-                frame = frame_of(self.spark, rows.cast(plain))
+            frame = frame_of(self.spark, rows.cast(plain), schema=schema)
         frame.createOrReplaceTempView(view)
         return frame
 

@@ -48,3 +48,43 @@ def test_a_large_local_relation_is_kept_out_of_the_plan_and_reads_the_same(spark
     assert spark.conf.get("spark.sql.execution.arrow.localRelationThreshold") == before
     if plans:
         assert "LocalRelation" in plans[100] and "LocalRelation" not in plans[3]
+
+
+class _Conf:
+    """A session's runtime settings as ``spark.conf`` shows them (classic and Connect alike)."""
+
+    def __init__(self, **values):
+        self.values = dict(values)
+
+    def get(self, key, default):
+        return self.values.get(key, default)
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def unset(self, key):
+        self.values.pop(key, None)
+
+
+def test_settings_for_a_statement_leave_the_session_as_it_was_even_when_it_fails():
+    """A key set for one statement comes back to the user's value, or goes where it had none --
+    after a failure too (a commit's metadata left behind would tag the user's next write)."""
+    from types import SimpleNamespace
+
+    from airflow_trickle.spark.delta import refresh_commit
+    from airflow_trickle.spark.engine import session_settings
+
+    spark = SimpleNamespace(conf=_Conf(**{"user.key": "theirs"}))
+    with session_settings(spark, {"user.key": "ours", "new.key": "ours"}):
+        assert spark.conf.values == {"user.key": "ours", "new.key": "ours"}
+    assert spark.conf.values == {"user.key": "theirs"}
+    with pytest.raises(RuntimeError), session_settings(spark, {"user.key": "ours", "new.key": "ours"}):
+        raise RuntimeError("the statement failed")
+    assert spark.conf.values == {"user.key": "theirs"}
+
+    metadata_key = "spark.databricks.delta.commitInfo.userMetadata"
+    spark = SimpleNamespace(conf=_Conf(**{metadata_key: "the user's tag"}))
+    with refresh_commit(spark, metadata={"refresh": 1}, txn_app_id="app", txn_version=7):
+        assert spark.conf.values["spark.databricks.delta.write.txnVersion"] == "7"
+        assert "refresh" in spark.conf.values[metadata_key]
+    assert spark.conf.values == {metadata_key: "the user's tag"}

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.ops.health import DEFAULT_DELETED_FILE_RETENTION, parse_interval
 from airflow_trickle.names import quote_name
+from airflow_trickle.spark.engine import session_settings
 from airflow_trickle.storage.lease import lease_of
 
 if TYPE_CHECKING:
@@ -116,13 +117,8 @@ def _maintain_storage(env, st, readers, tables, retention_hours, now) -> Maintai
     settings = {_LISTING: str(max(8, min(10000, active_before // 100)))}
     if retained < default:  # shorter than the table's own: Delta refuses unless its check is off
         settings[_CHECK] = "false"
-    for key, value in settings.items():
-        env.spark.conf.set(key, value)
-    try:
+    with session_settings(env.spark, settings):
         env.spark.sql(f"VACUUM {table} RETAIN {retained:g} HOURS")
-    finally:
-        for key in settings:
-            env.spark.conf.unset(key)
     result = Maintained(st.name, active_before, active_file_count(location), disk_before,
                         _files_on_disk(location), retained, note)
     log.info("maintained %s: %s", st.name, result)

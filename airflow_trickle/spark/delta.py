@@ -7,6 +7,7 @@ from typing import Iterator
 
 from airflow_trickle.model import HIDDEN_PREFIX
 from airflow_trickle.names import COMMIT_KEY, normalize_location, quote_name
+from airflow_trickle.spark.engine import session_settings
 
 _CONF_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _CONF_TXN_APP = "spark.databricks.delta.write.txnAppId"
@@ -63,16 +64,11 @@ def refresh_commit(spark, *, metadata: dict, txn_app_id: str | None, txn_version
     refresh retried after its commit landed cannot apply its changes twice.  ``txn_app_id=None``
     tags the commit with ``metadata`` only (a RESTORE takes no transaction id).
     """
-    conf = spark.conf
-    conf.set(_CONF_USER_METADATA, json.dumps({COMMIT_KEY: metadata}, sort_keys=True, default=str))
+    settings = {_CONF_USER_METADATA: json.dumps({COMMIT_KEY: metadata}, sort_keys=True, default=str)}
     if txn_app_id is not None:
-        conf.set(_CONF_TXN_APP, txn_app_id)
-        conf.set(_CONF_TXN_VERSION, str(int(txn_version)))
-    try:
+        settings.update({_CONF_TXN_APP: txn_app_id, _CONF_TXN_VERSION: str(int(txn_version))})
+    with session_settings(spark, settings):
         yield
-    finally:
-        for key in (_CONF_USER_METADATA, _CONF_TXN_APP, _CONF_TXN_VERSION):
-            conf.unset(key)
 
 
 def visible_columns(spark, name: str) -> list[tuple[str, str]]:

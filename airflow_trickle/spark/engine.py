@@ -56,6 +56,29 @@ _THRESHOLD_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
+def session_settings(spark, settings: dict[str, str]):
+    """Within: ``settings`` on the session (classic or Connect); after: each key as it was before
+    -- its earlier value back, or unset where it had none.
+
+    Why restore rather than unset: a key we set for one statement (a commit's metadata, a
+    VACUUM's retention check) may be one the user set for the session, and must outlive us.
+    Not thread-safe by itself: callers sharing a session across threads hold a lock around it.
+    """
+    conf = spark.conf
+    before = {key: conf.get(key, None) for key in settings}
+    try:
+        for key, value in settings.items():
+            conf.set(key, value)
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)
+
+
+@contextlib.contextmanager
 def _outside_the_plan(spark, rows: int):
     """Within: an Arrow table of more than :data:`PLAN_HELD_MAX_ROWS` rows handed to a classic
     session becomes a dataset of its Arrow batches, not a ``LocalRelation``.
@@ -70,16 +93,8 @@ def _outside_the_plan(spark, rows: int):
     if rows <= PLAN_HELD_MAX_ROWS or is_connect(spark):
         yield
         return
-    with _THRESHOLD_LOCK:
-        before = spark.conf.get(_THRESHOLD, None)
-        spark.conf.set(_THRESHOLD, "0")
-        try:
-            yield
-        finally:
-            if before is None:
-                spark.conf.unset(_THRESHOLD)
-            else:
-                spark.conf.set(_THRESHOLD, before)
+    with _THRESHOLD_LOCK, session_settings(spark, {_THRESHOLD: "0"}):
+        yield
 
 
 class SparkEngine:

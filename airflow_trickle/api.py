@@ -255,8 +255,9 @@ class Trickle:
         return health(self, record_alerts=record_alerts)
 
     def arrangements(self) -> list[dict]:
-        """The join arrangements this process's refreshes keep (``docs/how-it-works.md``), most
-        recently used first, and nothing when they are turned off."""
+        """The join arrangements kept in ``arrangement_dir`` (``docs/how-it-works.md``) -- by every
+        process and warehouse that shares the folder, within its one ``arrangement_max_bytes`` --
+        most recently used first, and nothing when they are turned off."""
         from airflow_trickle.refresh.arranged import arrangements_of
 
         kept = arrangements_of(self.config)

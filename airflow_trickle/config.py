@@ -49,6 +49,12 @@ class TrickleConfig:
     #: A DIFFERENTIAL refresh expected to touch more than this share of the stream table's rows
     #: (changed source rows × the fan-out observed on the last refresh) runs FULL.
     differential_max_touched_ratio: float = 0.5
+    #: The two ratio rules above apply only when the sources and the stream table together
+    #: hold more than this many rows.  Below it a delta and a recompute both cost what their
+    #: fixed steps cost, and a change larger than its small source is common (an aggregate of
+    #: 50 groups, every one of which changes each cycle): the time rule decides, from what this
+    #: table's own refreshes took.  0: the ratio rules apply at every size.
+    differential_ratio_min_rows: int = 10_000
     #: A DIFFERENTIAL refresh runs FULL when the stream table's DIFFERENTIAL refreshes, for a
     #: change at least half as large, took more than this many times its FULL ones (the fastest
     #: of the last three of each, from the history; ``refresh/cost.py``).

@@ -78,7 +78,7 @@ LONG_LIVED_SPARK = {**TINY_TABLES_SPARK, "spark.driver.extraJavaOptions":
 SERVICE_SETTINGS = {"shuffle_partitions": 1, "spark_conf": LONG_LIVED_SPARK}
 TEST_SETTINGS = {"shuffle_partitions": 1, "differential_max_change_ratio": 1e9, "differential_max_touched_ratio": 1e9,
                  "differential_max_time_ratio": 1e9,
-                 "spark_conf": LONG_LIVED_SPARK}
+                 "differential_ratio_min_rows": 0, "spark_conf": LONG_LIVED_SPARK}
 
 
 #: Modules that start Spark themselves (a subprocess, a service) rather than through the fixtures.

@@ -85,6 +85,34 @@ def test_a_fanout_no_refresh_measured_is_assumed_and_measured_after_fulls_in_a_r
     assert by_cost_model(asked, st, replace(unmeasured, fanout=0.004), fulls, TrickleConfig()).action == Action.DIFFERENTIAL
 
 
+def test_below_the_size_floor_the_ratios_do_not_decide_and_the_time_rule_does():
+    """The cascade's fifth hop: a filter of a 50-row aggregate every row of which changes each
+    cycle.  Its change ratio (2.0) sent it FULL through Spark (1.3-1.8 s) where its delta took
+    0.7-0.8 s; below ``differential_ratio_min_rows`` the ratios do not decide, the measured
+    times do."""
+    from airflow_trickle.config import TrickleConfig
+    from airflow_trickle.options import TableOptions
+    from airflow_trickle.refresh.decide import Decision, by_cost_model
+
+    st = SimpleNamespace(name="s.c5", options=TableOptions(), storage=StorageLayout(),
+                         defining_query="SELECT label FROM s.c4 WHERE n > 1", mode_reason=None)
+    asked = Decision(Action.DIFFERENTIAL, None, {"s.c4": 9})
+    every_row = ChangeEstimate(changed_rows=100, source_rows=50, stored_rows=50, fanout=2.0)
+    assert TrickleConfig().differential_ratio_min_rows == 10_000
+    assert by_cost_model(asked, st, every_row, None, TrickleConfig()).action == Action.DIFFERENTIAL
+    floorless = by_cost_model(asked, st, every_row, None, TrickleConfig(differential_ratio_min_rows=0))
+    assert floorless.action == Action.FULL and floorless.reason.startswith("change ratio 2.00")
+    # the floor counts the sources' rows and the stored rows together, and ends at its value
+    at_floor = replace(every_row, source_rows=5_000, stored_rows=5_000, changed_rows=6_000)
+    assert by_cost_model(asked, st, at_floor, None, TrickleConfig()).action == Action.DIFFERENTIAL
+    above = replace(at_floor, stored_rows=5_001)
+    assert by_cost_model(asked, st, above, None, TrickleConfig()).action == Action.FULL
+    # below the floor, a delta measured slower than recomputing still runs FULL
+    slow = ObservedTimes(differential_ms=1_900, differential_changed=100, full_ms=1_300)
+    decided = by_cost_model(asked, st, every_row, slow, TrickleConfig())
+    assert decided.action == Action.FULL and decided.reason.startswith("its DIFFERENTIAL refreshes took 1.9 s")
+
+
 def _record(action, commit_ms=None, *, changed=None, status="COMPLETED", plan_ms=0, planner=None):
     phases = {} if commit_ms is None else {"plan": plan_ms, "commit": commit_ms}
     if changed is not None:

@@ -97,8 +97,25 @@ def touched_rows_matter(strategy, *, top_k: bool = False) -> bool:
     return strategy != Strategy.ALGEBRAIC and not top_k
 
 
-def full_is_cheaper(estimate: ChangeEstimate, *, max_change_ratio: float, max_touched_ratio: float) -> str | None:
-    """Why recomputing beats the delta for this change, or None when the delta wins."""
+def full_is_cheaper(estimate: ChangeEstimate, *, max_change_ratio: float, max_touched_ratio: float,
+                    min_rows: int = 0) -> str | None:
+    """Why recomputing beats the delta for this change, or None when the delta wins.
+
+    The ratios say nothing when the sources and the stream table together hold at most
+    ``min_rows`` rows: both ways then cost their fixed steps, whatever share changed.  The fifth
+    hop of ``benchmarks/cascade.py`` filters a 50-row aggregate every row of which changes each
+    cycle: the change ratio sent it FULL, 1.3-1.8 s through Spark, where its delta, committed by
+    delta-rs, took 0.7-0.8 s.  Below ``min_rows`` the time rule (:func:`slower_than_full`) decides
+    from the table's own refreshes.
+
+    >>> tiny = ChangeEstimate(changed_rows=100, source_rows=50, stored_rows=48)
+    >>> full_is_cheaper(tiny, max_change_ratio=0.15, max_touched_ratio=0.5, min_rows=10_000) is None
+    True
+    >>> print(full_is_cheaper(tiny, max_change_ratio=0.15, max_touched_ratio=0.5))
+    change ratio 2.00 exceeds differential_max_change_ratio 0.15; recomputed
+    """
+    if estimate.source_rows + estimate.stored_rows <= min_rows:
+        return None
     ratio = estimate.changed_rows / max(estimate.source_rows, 1)
     if ratio > max_change_ratio:
         return f"change ratio {ratio:.2f} exceeds differential_max_change_ratio {max_change_ratio:g}; recomputed"

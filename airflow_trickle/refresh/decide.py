@@ -194,7 +194,8 @@ def by_cost_model(decision: Decision, st: StreamTable, estimate: ChangeEstimate 
         estimate, max_change_ratio=options.ratio("differential_max_change_ratio", config),
         max_touched_ratio=(options.ratio("differential_max_touched_ratio", config)
                            if touched_rows_matter(st.storage.strategy, top_k=is_top_k(st.defining_query))
-                           and not remeasure else float("inf")))
+                           and not remeasure else float("inf")),
+        min_rows=int(config.differential_ratio_min_rows))
     if not too_costly and observed is not None:
         too_costly = slower_than_full(estimate.changed_rows, observed,
                                       max_time_ratio=options.ratio("differential_max_time_ratio", config))

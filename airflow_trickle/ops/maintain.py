@@ -114,7 +114,7 @@ def _maintain_storage(env, st, readers, tables, retention_hours, now) -> Maintai
     retained = max(aim, float(math.ceil(needed + MARGIN_HOURS)) if slowest else 0.0)
     note = (f"retention stretched to {retained:g}h: {slowest} still reads the version before a commit "
             f"of {needed:.2f}h ago" if retained > aim else "")
-    settings = {_LISTING: str(max(8, min(10000, active_before // 100)))}
+    settings = listing_parallelism(active_before)
     if retained < default:  # shorter than the table's own: Delta refuses unless its check is off
         settings[_CHECK] = "false"
     with session_settings(env.spark, settings):
@@ -123,6 +123,16 @@ def _maintain_storage(env, st, readers, tables, retention_hours, now) -> Maintai
                         _files_on_disk(location), retained, note)
     log.info("maintained %s: %s", st.name, result)
     return result
+
+
+def listing_parallelism(active_files: int) -> dict[str, str]:
+    """The setting that has a VACUUM of a table of ``active_files`` files list its directory in
+    a few Spark tasks rather than Spark's default 10,000 (:data:`_LISTING`).
+
+    >>> listing_parallelism(120), listing_parallelism(50_000)
+    ({'spark.sql.sources.parallelPartitionDiscovery.parallelism': '8'}, {'spark.sql.sources.parallelPartitionDiscovery.parallelism': '500'})
+    """
+    return {_LISTING: str(max(8, min(10000, active_files // 100)))}
 
 
 def _maintain_catalog(env) -> list[Maintained]:

@@ -86,13 +86,10 @@ def vacuum_sources(tr: Trickle) -> None:
     """Delete the source files no stream table reads any more (a reused warehouse): every RF2
     rewrites files of ``lineitem`` and ``orders``, and the SF 3 warehouse had grown to 57 GB
     after 74 cycles (2 GB once vacuumed).  Each source keeps the history its slowest
-    DIFFERENTIAL reader still needs (``ops/maintain.needed_hours``, as ``trickle maintain`` does
+    DIFFERENTIAL reader still needs (``ops/maintain.readers_retention``, as ``trickle maintain`` does
     for stream tables), so no change feed a refresh will read is deleted."""
-    import math
-
     from airflow_trickle.catalog.model import utcnow
-    from airflow_trickle.ops.maintain import MARGIN_HOURS, listing_parallelism, needed_hours
-    from airflow_trickle.spark.engine import session_settings
+    from airflow_trickle.ops.maintain import readers_retention, vacuum
     from airflow_trickle.storage.deltalog import active_file_count
 
     tables = {st.name: st for st in tr.catalog.list()}
@@ -105,13 +102,11 @@ def vacuum_sources(tr: Trickle) -> None:
         if not readers:
             continue
         location = tr.catalog.at(readers[0].source_location)
-        needed, slowest = needed_hours(location, readers, tables, utcnow())
-        retained = float(math.ceil(needed + MARGIN_HOURS)) if slowest else 0.0
+        retained, _, slowest = readers_retention(location, readers, tables, utcnow())
         if slowest:
             kept.append(f"{table} {retained:g} h ({slowest})")
-        with session_settings(tr.spark, {"spark.databricks.delta.retentionDurationCheck.enabled": "false",
-                                         **listing_parallelism(active_file_count(location))}):
-            tr.sql(f"VACUUM {name} RETAIN {retained:g} HOURS").collect()
+        # below Delta's default of 7 days: the sources keep only what their readers need
+        vacuum(tr.spark, name, retained, active_files=active_file_count(location), below_table_retention=True)
     print(f"sources vacuumed in {time.perf_counter() - started:.0f} s"
           + (f"; history kept for readers behind: {', '.join(kept)}" if kept else ""), flush=True)
 

@@ -108,28 +108,43 @@ def _maintain_storage(env, st, readers, tables, retention_hours, now) -> Maintai
     default = parse_interval(table_configuration(location).get("delta.deletedFileRetentionDuration"),
                              DEFAULT_DELETED_FILE_RETENTION).total_seconds() / 3600
     aim = default if retention_hours is None else float(retention_hours)
-    needed, slowest = needed_hours(location, readers, tables, now)
-    # a margin for the moments between this reading of the clock and the VACUUM's own; whole
-    # hours, because Delta rounds a VACUUM's retention to the nearest hour
-    retained = max(aim, float(math.ceil(needed + MARGIN_HOURS)) if slowest else 0.0)
+    for_readers, needed, slowest = readers_retention(location, readers, tables, now)
+    retained = max(aim, for_readers)
     note = (f"retention stretched to {retained:g}h: {slowest} still reads the version before a commit "
             f"of {needed:.2f}h ago" if retained > aim else "")
-    settings = listing_parallelism(active_before)
-    if retained < default:  # shorter than the table's own: Delta refuses unless its check is off
-        settings[_CHECK] = "false"
-    with session_settings(env.spark, settings):
-        env.spark.sql(f"VACUUM {table} RETAIN {retained:g} HOURS")
+    vacuum(env.spark, table, retained, active_files=active_before, below_table_retention=retained < default)
     result = Maintained(st.name, active_before, active_file_count(location), disk_before,
                         _files_on_disk(location), retained, note)
     log.info("maintained %s: %s", st.name, result)
     return result
 
 
-def listing_parallelism(active_files: int) -> dict[str, str]:
+def readers_retention(location: "Location", readers, tables, now: datetime) -> tuple[float, float, str]:
+    """The VACUUM retention (hours) the readers of the table at ``location`` need -- 0 when every
+    one is up to date -- with the hours they need and the slowest of them (:func:`needed_hours`).
+
+    A margin for the moments between this reading of the clock and the VACUUM's own; whole
+    hours, because Delta rounds a VACUUM's retention to the nearest hour."""
+    needed, slowest = needed_hours(location, readers, tables, now)
+    return (float(math.ceil(needed + MARGIN_HOURS)) if slowest else 0.0), needed, slowest
+
+
+def vacuum(spark, table: str, retained_hours: float, *, active_files: int, below_table_retention: bool) -> None:
+    """``VACUUM table RETAIN retained_hours HOURS`` (``table`` quoted), its directory listed in a
+    few Spark tasks (:func:`_listing_parallelism`); ``below_table_retention``: shorter than the
+    table's own retention, which Delta refuses unless its check is off."""
+    settings = _listing_parallelism(active_files)
+    if below_table_retention:
+        settings[_CHECK] = "false"
+    with session_settings(spark, settings):
+        spark.sql(f"VACUUM {table} RETAIN {retained_hours:g} HOURS")
+
+
+def _listing_parallelism(active_files: int) -> dict[str, str]:
     """The setting that has a VACUUM of a table of ``active_files`` files list its directory in
     a few Spark tasks rather than Spark's default 10,000 (:data:`_LISTING`).
 
-    >>> listing_parallelism(120), listing_parallelism(50_000)
+    >>> _listing_parallelism(120), _listing_parallelism(50_000)
     ({'spark.sql.sources.parallelPartitionDiscovery.parallelism': '8'}, {'spark.sql.sources.parallelPartitionDiscovery.parallelism': '500'})
     """
     return {_LISTING: str(max(8, min(10000, active_files // 100)))}

@@ -37,6 +37,20 @@ DIAMOND = [
 ]
 
 
+def with_source(warehouse: str | None, rows: int, driver_memory: str, *, prefix: str):
+    """A Trickle on ``warehouse`` (a new temporary one when None) holding ``bench.src`` of
+    ``rows`` rows: ``id``, ``g`` (1,000 groups) and ``amount``."""
+    from airflow_trickle import Trickle
+
+    tr = Trickle(warehouse or tempfile.mkdtemp(prefix=prefix), spark_master="local[2]",
+                 shuffle_partitions=4, differential_max_change_ratio=0.5,
+                 spark_conf={"spark.driver.memory": driver_memory})
+    tr.sql("CREATE DATABASE IF NOT EXISTS bench")
+    tr.sql("CREATE TABLE bench.src USING delta AS SELECT id, CAST(id % 1000 AS INT) AS g, "
+           f"CAST(id % 97 AS INT) AS amount FROM range(0, {rows}) AS t(id)")
+    return tr
+
+
 def build(tr, prefix: str, mode: str) -> None:
     for name, query in CHAIN:
         tr.create_stream_table(f"bench.{prefix}{name}", query.format(p=prefix), schedule=None, refresh_mode=mode)
@@ -98,14 +112,7 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args()
 
-    from airflow_trickle import Trickle
-
-    tr = Trickle(args.warehouse or tempfile.mkdtemp(prefix="trickle-cascade-"), spark_master="local[2]",
-                 shuffle_partitions=4, differential_max_change_ratio=0.5,
-                 spark_conf={"spark.driver.memory": args.driver_memory})
-    tr.sql("CREATE DATABASE IF NOT EXISTS bench")
-    tr.sql("CREATE TABLE bench.src USING delta AS SELECT id, CAST(id % 1000 AS INT) AS g, "
-           f"CAST(id % 97 AS INT) AS amount FROM range(0, {args.rows}) AS t(id)")
+    tr = with_source(args.warehouse, args.rows, args.driver_memory, prefix="trickle-cascade-")
     tr.sql("CREATE TABLE bench.dim USING delta AS SELECT CAST(id AS INT) AS g, CONCAT('label', id % 50) AS label "
            "FROM range(0, 1000) AS t(id)")
     started = time.perf_counter()

@@ -92,6 +92,12 @@ def test_the_cost_model_sees_fan_out_and_a_strict_table_refuses(tr, db):
     assert second.action == "FULL" and "expected to touch" in second.reason, second.reason
     assert second.rows_estimated >= 60
     assert_matches(tr, lenient, query)
+    # its commit carries the measured fan-out forward (a FULL measures none), counting itself
+    from airflow_trickle.storage.deltalog import recorded_refreshes
+
+    carried = recorded_refreshes(tr.catalog.at(tr.get(lenient).location))[0]["fanout"]
+    assert carried["per_row"] == pytest.approx(first.rows_touched / first.changed_rows)
+    assert carried["fulls_since"] == 1 and carried["remeasure_after"] >= 8, carried
     with pytest.raises(RefreshError, match="refused by the cost model"):
         tr.refresh_stream_table(strict)
     row = tr.history(lenient, limit=5)[0]

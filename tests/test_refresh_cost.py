@@ -13,8 +13,9 @@ from airflow_trickle.dvm.delta_plan import plan_refresh
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.model import Action, StorageLayout
-from airflow_trickle.refresh.cost import (REMEASURE_AFTER, ChangeEstimate, ObservedTimes, delta_planner,
-                                          full_is_cheaper, observed_fanout, observed_times, slower_than_full)
+from airflow_trickle.refresh.cost import (MAX_FANOUT_REMEASURE_AFTER, REMEASURE_AFTER, ChangeEstimate, MeasuredFanout,
+                                          ObservedTimes, carried_fanout, delta_planner, full_is_cheaper,
+                                          observed_fanout, observed_times, slower_than_full)
 from airflow_trickle.refresh.phases import PhaseClock, format_phases
 
 LIMITS = {"max_change_ratio": 0.15, "max_touched_ratio": 0.5}
@@ -44,19 +45,63 @@ def test_empty_stream_table_never_blocks_differential():
 
 MERGED = {"changed_rows": 4, "metrics": {"numTargetRowsInserted": "2", "numTargetRowsUpdated": "5",
                                          "numTargetRowsDeleted": "1"}}
-OVERWRITTEN = {"changed_rows": 28_000, "metrics": {"numOutputRows": "553"}}  # a FULL's commit: no MERGE metrics
+#: a FULL's commit: no MERGE metrics
+OVERWRITTEN = {"action": "FULL", "changed_rows": 28_000, "metrics": {"numOutputRows": "553"}}
 
 
 @pytest.mark.parametrize("records,fanout", [
     ([], None),
     ([{"changed_rows": 0, "metrics": {}}], None),
     ([{"changed_rows": 4, "metrics": {"numTargetRowsInserted": "10"}}], None),  # not a MERGE's full metrics
-    ([MERGED], 2.0),
-    ([OVERWRITTEN, OVERWRITTEN, MERGED], 2.0),  # FULL refreshes since measure nothing: passed over
+    ([MERGED], MeasuredFanout(2.0, 0)),
+    ([OVERWRITTEN, OVERWRITTEN, MERGED], MeasuredFanout(2.0, 2)),  # FULL refreshes since measure nothing: counted
     ([OVERWRITTEN], None),
+    # a FULL commit that carried it forward (written before this code: passed over, as any FULL)
+    ([OVERWRITTEN, {**OVERWRITTEN, "fanout": {"per_row": 3.5, "fulls_since": 49, "remeasure_after": 97}}, MERGED],
+     MeasuredFanout(3.5, 50, 97)),
 ])
 def test_observed_fanout_from_the_newest_refresh_commit_that_measured_it(records, fanout):
     assert observed_fanout(records) == fanout
+
+
+def test_a_measured_fanout_outlives_the_history_read_and_is_measured_again_on_its_cadence():
+    """The diamond's convergence point at 10M rows changes in every row each cycle: its FULL
+    takes 5 s, the delta that measures its fan-out 52-65 s.  Forgotten once 50 FULL commits had
+    pushed it out of the history a refresh reads, it was measured every ~50 refreshes (~25%
+    more time); carried forward in each FULL commit it is measured again after as many FULL
+    refreshes as keep that delta's extra time to a tenth of theirs."""
+    from airflow_trickle.config import TrickleConfig
+    from airflow_trickle.options import TableOptions
+    from airflow_trickle.refresh.decide import Decision, by_cost_model
+
+    st = SimpleNamespace(name="bench.d", options=TableOptions(), storage=StorageLayout(),
+                         defining_query="SELECT b.id, c.n FROM bench.b b JOIN bench.c c ON b.g = c.g", mode_reason=None)
+    asked = Decision(Action.DIFFERENTIAL, None, {"bench.b": 9, "bench.c": 9})
+    times = ObservedTimes(differential_ms=52_000, differential_changed=8_500, full_ms=4_900)
+    # each FULL commit carries the fan-out on, counting itself; the cadence from the measured times
+    records = [{"changed_rows": 8_500, "metrics": {"numTargetRowsInserted": "4845400", "numTargetRowsUpdated": "0",
+                                                    "numTargetRowsDeleted": "4845350"}}]
+    for full in range(1, 60):
+        carried = carried_fanout(observed_fanout(records), times if full > 1 else None)
+        records.insert(0, {"action": "FULL", "changed_rows": 8_500, "fanout": carried})
+    measured = observed_fanout(records[:50])  # only the newest 50 commits are read: the measuring one is gone
+    assert measured == MeasuredFanout(pytest.approx(1140.1, abs=0.1), 59, 97) and not measured.is_due
+    estimate = ChangeEstimate(changed_rows=8_500, source_rows=10_000_000, stored_rows=4_845_400,
+                              fanout=measured.per_row, fanout_due=measured.is_due)
+    # the history a refresh reads holds no DIFFERENTIAL any more: only the touched rule sends it FULL
+    decided = by_cost_model(asked, st, estimate, replace(times, differential_ms=None, fulls_since=50),
+                            TrickleConfig())
+    assert decided.action == Action.FULL and "fan-out 1.14e+03 per changed source row" in decided.reason
+    # at its cadence the delta measures it again
+    due = replace(estimate, fanout_due=True)
+    assert by_cost_model(asked, st, due, replace(times, differential_ms=None, fulls_since=97),
+                         TrickleConfig()).action == Action.DIFFERENTIAL
+    # a delta about as cheap as the FULL is measured again after the shortest cadence; a very
+    # slow one after at most MAX_FANOUT_REMEASURE_AFTER
+    cheap = carried_fanout(MeasuredFanout(3.0, 0), ObservedTimes(differential_ms=5_000, full_ms=4_900))
+    slow = carried_fanout(MeasuredFanout(3.0, 0), ObservedTimes(differential_ms=900_000, full_ms=4_900))
+    assert (cheap["remeasure_after"], slow["remeasure_after"]) == (REMEASURE_AFTER, MAX_FANOUT_REMEASURE_AFTER)
+    assert carried_fanout(None, times) is None
 
 
 def test_a_fanout_no_refresh_measured_is_assumed_and_measured_after_fulls_in_a_row():

@@ -26,7 +26,7 @@ from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.storage.deltalog import latest_version, recorded_refreshes, row_count
 from airflow_trickle.dvm.base import Unsupported
 from airflow_trickle.model import Action, RefreshMode
-from airflow_trickle.refresh.cost import ObservedTimes, delta_planner, observed_times
+from airflow_trickle.refresh.cost import MeasuredFanout, ObservedTimes, carried_fanout, delta_planner, observed_times
 from airflow_trickle.refresh.decide import (Decision, after_failure, after_schema_check, by_cost_model, change_estimate,
                                             without_delta)
 from airflow_trickle.refresh.arranged import arrangements_on, probe_groups, probe_inputs
@@ -67,12 +67,13 @@ class Applied:
 
 
 def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str,
-                  data_timestamp, clock: PhaseClock | None = None, fanout: float | None = None,
+                  data_timestamp, clock: PhaseClock | None = None, fanout: MeasuredFanout | None = None,
                   reason: str | None = None) -> Applied:
     """Compute and commit the change for ``action``; then record the new state in the catalog.
 
-    ``fanout`` is the one the newest refresh commit that measured it observed (None: none did;
-    ``decide.recover_frontier``): it feeds the cost model.  The action may change on the way, as
+    ``fanout`` is the one the newest refresh commit that measured it observed or carried forward
+    (None: none did; ``decide.recover_frontier``): it feeds the cost model, and a FULL refresh's
+    commit carries it forward (``cost.carried_fanout``).  The action may change on the way, as
     ``decide.py`` says: to REINITIALIZE when a source's schema changed the output, to FULL when
     the cost model or the delta says so.
     """
@@ -85,7 +86,7 @@ def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int],
 
 
 def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_timestamp, clock: PhaseClock,
-           fanout: float | None, scratch: list[str]) -> Applied:
+           fanout: MeasuredFanout | None, scratch: list[str]) -> Applied:
     seq = st.refresh_seq + 1
     current, asked = decision.current, decision.action
     if decision.action != Action.REINITIALIZE:
@@ -113,6 +114,14 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                 "data_timestamp": data_timestamp.isoformat()}
     if estimate is not None:
         metadata["changed_rows"] = estimate.changed_rows
+
+    def carry_fanout() -> None:
+        """A FULL commit measures no fan-out: it carries the last one measured forward."""
+        carried = carried_fanout(fanout, observed) if decision.action == Action.FULL else None
+        if carried is not None:
+            metadata["fanout"] = carried
+
+    carry_fanout()
 
     txn_app_id = f"airflow_trickle:{st.st_id}"
 
@@ -151,6 +160,7 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
             raise
         decision = recovered
         metadata["action"] = decision.action
+        carry_fanout()
         with clock.phase("commit"):
             metrics = _committed(env, st, full_writer(env, st, current), writes, refresh_id)
     action = decision.action

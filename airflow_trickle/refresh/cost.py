@@ -9,7 +9,9 @@ MERGE's own metrics say how many stored rows it inserted, updated or deleted (an
 commit says neither, so a FULL refresh measures nothing).  Until a refresh has measured it the
 fan-out is assumed to be 1 -- and after :data:`REMEASURE_AFTER` FULL refreshes in a row under
 that assumption, a DIFFERENTIAL runs to measure it: otherwise a table sent FULL by the assumed
-fan-out would never learn its own.
+fan-out would never learn its own.  A FULL refresh's commit carries the measured fan-out
+forward (:func:`carried_fanout`), and a delta measures it again after as many FULL refreshes
+as keep that measuring refresh's extra time to :data:`REMEASURE_OVERHEAD` of theirs.
 
 >>> e = ChangeEstimate(changed_rows=1_000, source_rows=1_000_000, stored_rows=10_000, fanout=0.65)
 >>> e.touched_rows, full_is_cheaper(e, max_change_ratio=0.15, max_touched_ratio=0.5) is None
@@ -29,6 +31,21 @@ from pathlib import Path
 _TOUCHED_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
 
 
+#: FULL refreshes the time rule may choose in a row before one DIFFERENTIAL measures the delta
+#: again (the sources, the table and the changes move on; a measurement goes stale).
+REMEASURE_AFTER = 8
+#: ...or more, for a delta measured far slower than recomputing: as many as keep the measuring
+#: refresh's extra time to this share of the FULLs' (on average).  A delta 4.3× its FULL
+#: (TPC-H q20 at SF 1: 7.2 s, 1.7 s) measured every 9th refresh made them 37% dearer.
+REMEASURE_OVERHEAD = 0.1
+#: ...but never more than this: the tables grow, the changes shrink (and the rule reads the
+#: newest 50 refreshes of the history: ``refresh/apply.recent_times``).
+MAX_REMEASURE_AFTER = 40
+#: ...and a measured fan-out, carried forward in FULL commits, never after more than this: the
+#: estimate follows the changes' size by itself, only the data's shape moves the fan-out.
+MAX_FANOUT_REMEASURE_AFTER = 200
+
+
 @dataclass(frozen=True)
 class ChangeEstimate:
     """What a refresh is about to consume and what it will probably touch."""
@@ -39,34 +56,94 @@ class ChangeEstimate:
     #: Stored rows touched per changed source row, as the newest refresh that measured it saw;
     #: None when none of the recorded ones did (then 1 is assumed).
     fanout: float | None = None
+    #: Whether enough FULL refreshes ran since it was measured to measure it again
+    #: (:attr:`MeasuredFanout.is_due`): the touched rule then lets the delta run.
+    fanout_due: bool = False
 
     @property
     def touched_rows(self) -> int:
         return int(round(self.changed_rows * (1.0 if self.fanout is None else self.fanout)))
 
 
-def observed_fanout(records: list[dict]) -> float | None:
-    """Stored rows touched per changed source row, from the newest refresh commit that says it;
-    None when none does.
+@dataclass(frozen=True)
+class MeasuredFanout:
+    """The fan-out a refresh measured, and the FULL refreshes since."""
+
+    per_row: float  # stored rows touched per changed source row
+    #: FULL refreshes committed since the refresh that measured it (a FULL measures nothing).
+    fulls_since: int = 0
+    #: FULL refreshes in a row after which a delta runs to measure it again (:func:`carried_fanout`).
+    remeasure_after: int = REMEASURE_AFTER
+
+    @property
+    def is_due(self) -> bool:
+        """Whether the next refresh the touched rule would send FULL measures it again instead."""
+        return self.fulls_since >= self.remeasure_after
+
+
+def observed_fanout(records: list[dict]) -> MeasuredFanout | None:
+    """The fan-out of the newest refresh commit that measured it or carried it forward; None
+    when none did.
 
     ``records`` are :func:`airflow_trickle.storage.deltalog.recorded_refreshes`' entries, newest
-    first: a refresh's own metadata (``changed_rows``) plus its commit's ``metrics``.  Only a
-    MERGE's metrics say how many stored rows it touched; an overwrite's (a FULL refresh) do not,
-    and it is passed over -- taking it for a fan-out of 1 kept a table FULL for good.
+    first: a refresh's own metadata (``changed_rows``; a FULL's ``fanout``, carried forward by
+    :func:`carried_fanout`) plus its commit's ``metrics``.  Only a MERGE's metrics say how many
+    stored rows it touched; an overwrite's (a FULL refresh) do not -- taking it for a fan-out of
+    1 kept a table FULL for good -- so it counts as one more FULL since the measurement.
 
     >>> merge = {"changed_rows": 4, "metrics": {"numTargetRowsInserted": "2", "numTargetRowsUpdated": "5",
     ...                                         "numTargetRowsDeleted": "1"}}
-    >>> observed_fanout([{"changed_rows": 9, "metrics": {"numOutputRows": "553"}}, merge])
-    2.0
+    >>> full = {"action": "FULL", "changed_rows": 9, "metrics": {"numOutputRows": "553"}}
+    >>> observed_fanout([full, merge])
+    MeasuredFanout(per_row=2.0, fulls_since=1, remeasure_after=8)
+    >>> carried = {**full, "fanout": {"per_row": 2.0, "fulls_since": 60, "remeasure_after": 112}}
+    >>> observed_fanout([full, carried, merge]).fulls_since  # the carrying FULL counted itself
+    61
     >>> observed_fanout([{"changed_rows": 9, "metrics": {}}]) is None
     True
+    >>> observed_fanout([full, {"action": "REINITIALIZE"}, merge]) is None
+    True
     """
+    fulls = 0
     for record in records:
+        if str(record.get("action")) == "REINITIALIZE":
+            return None  # the query or a source's schema changed: what was measured before says nothing
+        carried = record.get("fanout")
+        if isinstance(carried, dict) and carried.get("per_row") is not None:
+            return MeasuredFanout(float(carried["per_row"]), int(carried.get("fulls_since") or 0) + fulls,
+                                  int(carried.get("remeasure_after") or REMEASURE_AFTER))
         changed = record.get("changed_rows")
         metrics = record.get("metrics") or {}
         if changed and all(key in metrics for key in _TOUCHED_METRICS):
-            return touched_rows(metrics) / int(changed)
+            return MeasuredFanout(touched_rows(metrics) / int(changed), fulls)
+        fulls += str(record.get("action")) == "FULL"
     return None
+
+
+def carried_fanout(measured: MeasuredFanout | None, observed: "ObservedTimes | None") -> dict | None:
+    """What a FULL refresh's commit records of the fan-out measured before it (None: nothing
+    was), so that the measurement outlives the history a refresh reads (its newest 50 commits).
+
+    Forgotten after 50 FULL commits, it was measured again: the diamond of
+    ``benchmarks/cascade.py`` at 10M rows, whose convergence point changes in every row each
+    cycle, refreshes FULL in 5 s, and its measuring delta took 52-65 s every ~50 refreshes
+    (~25% more time).  Now it is measured again after as many FULL refreshes as keep the
+    measuring delta's extra time to :data:`REMEASURE_OVERHEAD` of the FULLs' (the times from
+    ``observed``, the table's recent refreshes; else the count carried so far), at most
+    :data:`MAX_FANOUT_REMEASURE_AFTER`: a fan-out moves with the data, not with the size of
+    the changes -- the estimate multiplies it by each window's changed rows.
+
+    >>> carried_fanout(MeasuredFanout(1140.0, 3), ObservedTimes(differential_ms=52_000, full_ms=4_900))
+    {'per_row': 1140.0, 'fulls_since': 4, 'remeasure_after': 97}
+    >>> carried_fanout(MeasuredFanout(1140.0, 0), None)
+    {'per_row': 1140.0, 'fulls_since': 1, 'remeasure_after': 8}
+    """
+    if measured is None:
+        return None
+    every = measured.remeasure_after
+    if observed is not None and observed.differential_ms is not None and observed.full_ms is not None:
+        every = remeasure_after(observed.differential_ms, observed.full_ms, most=MAX_FANOUT_REMEASURE_AFTER)
+    return {"per_row": measured.per_row, "fulls_since": measured.fulls_since + 1, "remeasure_after": every}
 
 
 def touched_rows(metrics: dict) -> int:
@@ -127,16 +204,6 @@ def full_is_cheaper(estimate: ChangeEstimate, *, max_change_ratio: float, max_to
     return None
 
 
-#: FULL refreshes the time rule may choose in a row before one DIFFERENTIAL measures the delta
-#: again (the sources, the table and the changes move on; a measurement goes stale).
-REMEASURE_AFTER = 8
-#: ...or more, for a delta measured far slower than recomputing: as many as keep the measuring
-#: refresh's extra time to this share of the FULLs' (on average).  A delta 4.3× its FULL
-#: (TPC-H q20 at SF 1: 7.2 s, 1.7 s) measured every 9th refresh made them 37% dearer.
-REMEASURE_OVERHEAD = 0.1
-#: ...but never more than this: the tables grow, the changes shrink (and the rule reads the
-#: newest 50 refreshes of the history: ``refresh/apply.recent_times``).
-MAX_REMEASURE_AFTER = 40
 #: Measurements of each kind the time rule takes the fastest of: one refresh's time moves by a
 #: second or more with what else the machine does (a garbage collection, a concurrent task), and
 #: noise only ever adds time.
@@ -245,17 +312,17 @@ def observed_times(records, planner: int | None = None) -> ObservedTimes:
     return ObservedTimes(fastest[0], fastest[1], min(fulls, default=None), fulls_since, tuple(differentials))
 
 
-def remeasure_after(differential_ms: int, full_ms: int) -> int:
+def remeasure_after(differential_ms: int, full_ms: int, most: int = MAX_REMEASURE_AFTER) -> int:
     """FULL refreshes in a row after which a delta measured at ``differential_ms`` (its FULL
     taking ``full_ms``) is measured again: :data:`REMEASURE_AFTER`, more when the delta is so
     slow that measuring it that often would add more than :data:`REMEASURE_OVERHEAD` of the
-    FULLs' time, at most :data:`MAX_REMEASURE_AFTER`.
+    FULLs' time, at most ``most``.
 
     >>> remeasure_after(5_500, 3_700), remeasure_after(7_155, 1_655), remeasure_after(39_500, 2_200)
     (8, 34, 40)
     """
     excess = differential_ms / max(full_ms, 1) - 1
-    return min(MAX_REMEASURE_AFTER, max(REMEASURE_AFTER, math.ceil(round(excess / REMEASURE_OVERHEAD, 6))))
+    return min(most, max(REMEASURE_AFTER, math.ceil(round(excess / REMEASURE_OVERHEAD, 6))))
 
 
 def slower_than_full(changed_rows: int, observed: ObservedTimes, *, max_time_ratio: float) -> str | None:

@@ -24,8 +24,8 @@ from airflow_trickle.storage.deltalog import (changed_rows, latest_version, newe
 from airflow_trickle.dvm.planner import is_top_k
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
 from airflow_trickle.model import Action, RefreshMode, RunMode, SourceType, Status
-from airflow_trickle.refresh.cost import (REMEASURE_AFTER, ChangeEstimate, ObservedTimes, full_is_cheaper,
-                                          observed_fanout, slower_than_full, touched_rows_matter)
+from airflow_trickle.refresh.cost import (REMEASURE_AFTER, ChangeEstimate, MeasuredFanout, ObservedTimes,
+                                          full_is_cheaper, observed_fanout, slower_than_full, touched_rows_matter)
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,9 @@ class Loaded:
     #: What :func:`recover_frontier` repaired, or None.
     recovered: str | None
     #: Stored rows touched per changed source row, from the newest refresh commit that measured
-    #: it (:func:`~airflow_trickle.refresh.cost.observed_fanout`; None: none did).  Feeds the cost model.
-    fanout: float | None
+    #: it or carried it forward (:func:`~airflow_trickle.refresh.cost.observed_fanout`; None: none
+    #: did).  Feeds the cost model.
+    fanout: MeasuredFanout | None
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ def choose_action(st: StreamTable, current: dict[str, int], requested: RunMode |
     return Action.DIFFERENTIAL, None
 
 
-def change_estimate(catalog, st: StreamTable, current: dict[str, int], fanout: float | None) -> ChangeEstimate | None:
+def change_estimate(catalog, st: StreamTable, current: dict[str, int],
+                    fanout: MeasuredFanout | None) -> ChangeEstimate | None:
     """The change of the window ``st.frontier -> current`` as the cost model sees it (Delta logs
     only: the sources' commit metrics and file statistics), or None when the logs cannot say."""
     changed = total = 0
@@ -144,7 +146,9 @@ def change_estimate(catalog, st: StreamTable, current: dict[str, int], fanout: f
     except Exception:  # noqa: BLE001 - safe: without an estimate the delta runs (no FULL fallback)
         log.debug("%s: no change estimate", st.name, exc_info=True)
         return None
-    return ChangeEstimate(changed_rows=changed, source_rows=total, stored_rows=stored, fanout=fanout)
+    return ChangeEstimate(changed_rows=changed, source_rows=total, stored_rows=stored,
+                          fanout=fanout.per_row if fanout is not None else None,
+                          fanout_due=fanout is not None and fanout.is_due)
 
 
 def recover_frontier(catalog, st: StreamTable) -> Loaded:
@@ -189,7 +193,10 @@ def by_cost_model(decision: Decision, st: StreamTable, estimate: ChangeEstimate 
     # A fan-out no refresh has measured is assumed to be 1; after REMEASURE_AFTER FULL refreshes
     # in a row the delta runs once to measure it (else the assumption would decide for good) --
     # unless the time rule has measured it far slower than recomputing (cost.remeasure_after).
-    remeasure = estimate.fanout is None and observed is not None and observed.fulls_since >= REMEASURE_AFTER
+    # A measured one is measured again when its FULL commits have carried it far enough
+    # (cost.carried_fanout).
+    remeasure = (estimate.fanout is None and observed is not None and observed.fulls_since >= REMEASURE_AFTER
+                 or estimate.fanout_due)
     too_costly = full_is_cheaper(
         estimate, max_change_ratio=options.ratio("differential_max_change_ratio", config),
         max_touched_ratio=(options.ratio("differential_max_touched_ratio", config)

@@ -76,8 +76,8 @@ class TrickleConfig:
     #: TPC-H ``part`` at SF 3 (600k rows) is worth it once the change is narrowed by the
     #: query's filter first (q14, q19: 0.9-1.0 s -> 0.6 s; ``benchmarks/README.md``).
     arrangement_min_rows: int = 500_000
-    #: How a FULL refresh writes: ``auto`` (replace the stored rows unless another stream table
-    #: reads this one, then MERGE only the difference), ``merge`` or ``overwrite``.
+    #: How a FULL refresh writes: ``auto`` (replace the stored rows unless a stream table that
+    #: refreshes DIFFERENTIAL reads this one, then MERGE only the difference), ``merge`` or ``overwrite``.
     full_refresh_write: str = "auto"
     #: Failures in a row after which a stream table is suspended.
     max_consecutive_errors: int = 3

@@ -29,7 +29,11 @@ def test_stream_tables_over_stream_tables(tr, db):
         # a FULL upstream (applied as a diff) under a DIFFERENTIAL downstream
         "full_up": "SELECT cid, MAX(amount) AS top FROM {db}.o GROUP BY cid",
         "full_down": "SELECT f.cid, f.top, s.id FROM {db}.full_up f JOIN {db}.s1 s ON f.cid = s.cid",
-    }, modes={"full_up": "FULL"})
+        # a FULL bag (duplicates, NULLs) under a DIFFERENTIAL downstream: applied as its
+        # difference, consolidated per content (refresh/local_difference.py)
+        "full_bag": "SELECT cid, amount FROM {db}.o WHERE amount IS NULL OR amount > 1",
+        "full_bag_down": "SELECT cid, COUNT(*) AS n, SUM(amount) AS total FROM {db}.full_bag GROUP BY cid",
+    }, modes={"full_up": "FULL", "full_bag": "FULL"})
     drive(load, tables)
 
 

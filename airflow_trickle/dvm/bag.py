@@ -67,7 +67,7 @@ def bag_append_sql(target: str, columns: list[str], delta_sql: str, *, seq: int,
     return f"INSERT INTO {quote_name(target)} ({_list(all_cols)}) SELECT {_list(all_cols)} FROM ({copies})"
 
 
-def _bag_merge(target: str, columns: list[str], delta_sql: str, dup_type: str = "bigint") -> str:
+def bag_merge_sql(target: str, columns: list[str], delta_sql: str, dup_type: str = "bigint") -> str:
     """The MERGE applying a bag delta: per content, +k copies numbered after the highest stored
     number, or the k highest-numbered stored copies deleted (numbers need not be dense: appends
     number copies per refresh).

@@ -96,7 +96,7 @@ class DeltaPlan:
         top k); ``candidates`` names a relation holding the stored rows plus the delta.
         """
         from airflow_trickle.dvm.algebraic import _algebraic_merge
-        from airflow_trickle.dvm.bag import _bag_merge, bag_append_sql
+        from airflow_trickle.dvm.bag import bag_merge_sql, bag_append_sql
         from airflow_trickle.dvm.recompute import _recompute_merge
 
         v = v or self.versions
@@ -106,9 +106,9 @@ class DeltaPlan:
                                   dup_type=st.storage.dup_type)
         if self.top_k is not None:
             delta_sql = node.delta_against(st.name, v, beyond_boundary=beyond_boundary, candidates=candidates)
-            return _bag_merge(st.name, st.output_columns, delta_sql, st.storage.dup_type)
+            return bag_merge_sql(st.name, st.output_columns, delta_sql, st.storage.dup_type)
         if self.strategy == Strategy.BAG:
-            return _bag_merge(st.name, st.output_columns, node.delta_sql(v), st.storage.dup_type)
+            return bag_merge_sql(st.name, st.output_columns, node.delta_sql(v), st.storage.dup_type)
         if self.strategy == Strategy.ALGEBRAIC:
             return _algebraic_merge(st, node, v, dict(st.storage.columns))
         return _recompute_merge(st, node, v)

@@ -33,6 +33,7 @@ from airflow_trickle.refresh.arranged import arrangements_on, probe_groups, prob
 from airflow_trickle.refresh.arranged_recursion import RecursionLookups
 from airflow_trickle.refresh.differential import Prepared, drop_views, is_append, plan_differential, statement
 from airflow_trickle.refresh.failures import with_retries
+from airflow_trickle.refresh.local_difference import apply_difference
 from airflow_trickle.refresh.local_merge import merge_locally
 from airflow_trickle.refresh.local_overwrite import overwrite_locally
 from airflow_trickle.refresh.phases import PhaseClock
@@ -134,11 +135,11 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         with refresh_commit(env.spark, metadata=metadata, txn_app_id=txn_app_id, txn_version=seq):
             return env.engine.first(hoist_nested_ctes(sql))
 
-    def local_commit(sql: str):
+    def local_commit(sql: str, expected_version: int | None = None):
         """A small change through delta-rs where it applies (False: it does not)."""
         return merge_locally(env.spark, env.catalog.at(st.location), sql, metadata=metadata, txn_app_id=txn_app_id,
                              txn_version=seq, max_rows=env.config.local_commit_max_rows,
-                             before_commit=fenced,
+                             before_commit=fenced, expected_version=expected_version,
                              resolved=resolved_here.resolved if resolved_here is not None and sql == delta_sql else None)
 
     def local_overwrite(rows_sql: str):
@@ -147,7 +148,16 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                                  txn_app_id=txn_app_id, txn_version=seq, max_rows=env.config.local_commit_max_rows,
                                  before_commit=fenced)
 
-    writes = (commit, local_commit, local_overwrite)
+    def local_difference(writer):
+        """A FULL refresh's difference computed once and committed as a small bag delta (False:
+        larger than a local commit takes)."""
+        return apply_difference(env.spark, env.engine, env.catalog.at(st.location), writer.result_sql,
+                                target=st.name, columns=st.output_columns,
+                                max_rows=env.config.local_commit_max_rows,
+                                merge_over=lambda view: writer.merge_over(st, view),
+                                local_commit=local_commit, commit=commit)
+
+    writes = (commit, local_commit, local_overwrite, local_difference)
     local = estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows
     try:
         with clock.phase("commit"):

@@ -243,7 +243,8 @@ def describe(location: "Location", max_rows: int) -> str:
 
 
 def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict, txn_app_id: str, txn_version: int,
-                  max_rows: int, before_commit: Callable[[], None], resolved=None) -> dict | None | bool:
+                  max_rows: int, before_commit: Callable[[], None], resolved=None,
+                  expected_version: int | None = None) -> dict | None | bool:
     """Apply ``merge_sql`` to the storage table at ``location`` through delta-rs.
 
     Returns MERGE-shaped metrics; None when the transaction ``(txn_app_id, txn_version)`` had
@@ -253,10 +254,15 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
     just before delta-rs commits (the writer lease's fence).  ``resolved(table)``, when given,
     returns the MERGE's resolved changes computed already (a top-K's: ``refresh/local_topk.py``),
     or None when they do not apply to ``table`` as opened (then Spark resolves ``merge_sql``).
+    ``expected_version``, when given, is the version ``merge_sql``'s change was computed on (a
+    FULL refresh's difference): a table found at another raises ``CommitFailedError`` (retried).
     """
     from deltalake.exceptions import CommitFailedError, DeltaError
 
     table = open_table(location, fresh=True)
+    if expected_version is not None and table.version() != expected_version:
+        raise CommitFailedError(f"the table moved from version {expected_version} to {table.version()} "
+                                "since the change was computed")
     columns = writable_columns(table)
     if columns is None:
         return False

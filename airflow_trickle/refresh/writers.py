@@ -12,7 +12,9 @@ which statement it runs and how it commits it:
 ``Overwrite``          a FULL refresh nothing reads the change feed of: INSERT OVERWRITE
 ``LocalOverwrite``     the same rows computed by Spark and written by delta-rs, for a small table
                        and result (``refresh/local_overwrite.py``); Spark's overwrite else
-``DiffMerge``          a FULL refresh another stream table reads: a MERGE of the difference only
+``DiffMerge``          a FULL refresh a DIFFERENTIAL stream table reads: a MERGE of the difference
+``LocalDiffMerge``     a bag table's difference computed once and committed by delta-rs as a small
+                       bag delta (``refresh/local_difference.py``); Spark's MERGE when larger
 ``Replace``            a REINITIALIZE whose columns change: the storage table replaced in one commit
 =====================  =========================================================================
 
@@ -26,7 +28,7 @@ import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
-from airflow_trickle.model import Action, SourceType
+from airflow_trickle.model import Action, RefreshMode, SourceType
 from airflow_trickle.names import quote_name
 from airflow_trickle.options import FullRefreshWrite
 
@@ -44,11 +46,12 @@ class Writer:
     #: Every stored row goes (it deleted as many as were stored before).
     rewriting: ClassVar[bool] = False
 
-    def write(self, commit, local_commit, local_overwrite) -> dict | None:
+    def write(self, commit, local_commit, local_overwrite, local_difference) -> dict | None:
         """Run the statement; its metrics (None: Delta skipped it, the transaction had landed).
 
-        ``commit(sql)`` runs a statement on Spark; ``local_commit(merge_sql)`` and
-        ``local_overwrite(rows_sql)`` write through delta-rs where that applies (False: it does not)."""
+        ``commit(sql)`` runs a statement on Spark; ``local_commit(merge_sql)``,
+        ``local_overwrite(rows_sql)`` and ``local_difference(writer)`` (a :class:`LocalDiffMerge`'s)
+        write through delta-rs where that applies (False: it does not)."""
         return commit(self.sql)
 
 
@@ -59,7 +62,7 @@ class DeltaMerge(Writer):
 class LocalMerge(Writer):
     """The MERGE committed by delta-rs where that applies, else by Spark."""
 
-    def write(self, commit, local_commit, local_overwrite) -> dict | None:
+    def write(self, commit, local_commit, local_overwrite, local_difference) -> dict | None:
         metrics = local_commit(self.sql)
         return commit(self.sql) if metrics is False else metrics
 
@@ -89,14 +92,33 @@ class LocalOverwrite(Overwrite):
 
     rows_sql: str = ""
 
-    def write(self, commit, local_commit, local_overwrite) -> dict | None:
+    def write(self, commit, local_commit, local_overwrite, local_difference) -> dict | None:
         if local_overwrite(self.rows_sql) is False:
             return commit(self.sql)
         return None  # an inserting writer's metrics are read back from its commit
 
 
 class DiffMerge(Writer):
-    """A FULL refresh applied as a MERGE of the difference."""
+    """A FULL refresh applied as a MERGE of the difference, run by Spark."""
+
+
+@dataclass(frozen=True)
+class LocalDiffMerge(DiffMerge):
+    """A FULL refresh of a bag table applied as its difference, computed by Spark once and
+    committed as a small bag delta (``refresh/local_difference.py``); a larger difference by
+    Spark's MERGE of the whole statement (``sql``).  ``result_sql``: the recomputed rows."""
+
+    result_sql: str = ""
+
+    def write(self, commit, local_commit, local_overwrite, local_difference) -> dict | None:
+        metrics = local_difference(self)
+        return commit(self.sql) if metrics is False else metrics
+
+    def merge_over(self, st, view: str) -> str:
+        """The MERGE applying the bag delta held in the view ``view`` to ``st``."""
+        from airflow_trickle.dvm.bag import bag_merge_sql
+
+        return bag_merge_sql(st.name, st.output_columns, f"SELECT * FROM {view}", st.storage.dup_type)
 
 
 class Replace(Writer):
@@ -131,7 +153,7 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
             return Append(delta_sql)
         return LocalMerge(delta_sql) if local else DeltaMerge(delta_sql)
     if action == Action.REINITIALIZE and storage_changes(env, st):
-        rows = full_rows_sql(env, st, current, stable=not full_overwrites(env, st))
+        rows = full_rows_sql(env, st, current)
         return Replace(replace_storage_sql(st.name, rows, st.output_columns, st.storage,
                                            definition_properties(st, env.catalog.dependencies(st.name)),
                                            cluster_by=kept_clustering(st)))
@@ -140,18 +162,24 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
     # catalog has never seen populated is worth the log read (after a crash it may hold data).
     if not st.is_populated and has_no_data_files(env.catalog.at(st.location)):
         return FirstFill(fill_storage_sql(env, st, current))
-    return full_writer(env, st, current)
+    return full_writer(env, st, current, local=local)
 
 
-def full_writer(env, st, current: dict[str, int]) -> Writer:
+def full_writer(env, st, current: dict[str, int], *, local: bool = False) -> Writer:
     """A FULL recompute into populated storage: replace the stored rows in one INSERT OVERWRITE
     when no stream table reads this one's change feed (the diffing MERGE joins new and stored
-    rows first), else MERGE only the difference (:func:`full_overwrites`)."""
+    rows first), else MERGE only the difference (:func:`full_overwrites`) -- of a bag table
+    through delta-rs when ``local`` (the cost model expects a small change)."""
     if full_overwrites(env, st):
-        rows = full_storage_rows_sql(env, st, current, stable=False)
+        rows = full_storage_rows_sql(env, st, current)
         insert = fill_storage_sql(env, st, current, overwrite=True, rows=rows)
         return LocalOverwrite(insert, rows) if env.config.local_commit_max_rows > 0 else Overwrite(insert)
-    return DiffMerge(full_refresh_sql(env, st, current, overwrite=False))
+    merge = full_refresh_sql(env, st, current, overwrite=False)
+    if local and not st.storage.is_keyed and env.config.local_commit_max_rows > 0:
+        from airflow_trickle.refresh.full import pinned_query_sql
+
+        return LocalDiffMerge(merge, pinned_query_sql(env, st, current))
+    return DiffMerge(merge)
 
 
 def full_overwrites(env, st) -> bool:
@@ -162,21 +190,38 @@ def full_overwrites(env, st) -> bool:
     change only what differs, so its change feed holds only real changes -- what a stream table
     reading this one needs to stay cheap; the overwrite skips that join (at TPC-H SF 1 the MERGE
     made a FULL refresh cost 1.1-2.3x a plain INSERT OVERWRITE, the overwrite ~1.2x) and its
-    change feed holds every row removed and added.  ``auto`` overwrites
-    unless another stream table reads this one.
+    change feed holds every row removed and added.  ``auto`` overwrites unless a stream table
+    that refreshes DIFFERENTIAL reads this one (:func:`reads_change_feed`): a reader that runs
+    FULL recomputes from the rows, never from the feed, and the MERGE cost a chain of FULL
+    stream tables 29-32 s a hop at 10M rows where the overwrite takes 2-3 s
+    (``benchmarks/cascade.py``).
     """
     how = st.options.full_write(env.config)
     if how != FullRefreshWrite.AUTO:
         return how == FullRefreshWrite.OVERWRITE
-    return not any(dep.source_name == st.name and dep.source_type == SourceType.STREAM_TABLE
-                   for dep in env.catalog.dependencies())
+    readers = {dep.st_name for dep in env.catalog.dependencies()
+               if dep.source_name == st.name and dep.source_type == SourceType.STREAM_TABLE}
+    return not any(reads_change_feed(env.catalog.get(name)) for name in readers)
 
 
-def full_rows_sql(env, st, current: dict[str, int], *, stable: bool = True) -> str:
+def reads_change_feed(reader) -> bool:
+    """Whether the stream table ``reader`` (a catalog row; None: gone since, or not yet seen)
+    may read its sources' change feeds: unless it refreshes FULL (as asked, or because its
+    query has no delta).  A reader altered to DIFFERENTIAL later reads the feed from its
+    frontier on: an overwrite there is exact, only larger (every row removed and added).
+
+    >>> from types import SimpleNamespace as R
+    >>> [reads_change_feed(R(effective_mode=m)) for m in ("DIFFERENTIAL", "FULL")], reads_change_feed(None)
+    ([True, False], True)
+    """
+    return reader is None or str(reader.effective_mode) != RefreshMode.FULL.value
+
+
+def full_rows_sql(env, st, current: dict[str, int]) -> str:
     """The stream table's rows at ``current``, visible and hidden columns: a FULL refresh's source.
 
-    A bag table's copies are numbered ``stable`` (:func:`~airflow_trickle.refresh.full.numbered_rows_sql`)
-    unless no FULL refresh will diff against them (or the table's copy numbers are INTs)."""
+    A bag table's copies are numbered without a shuffle, but for INT copy numbers (a table
+    created by an older version: :func:`~airflow_trickle.refresh.full.numbered_rows_sql`)."""
     from airflow_trickle.dvm.apply import full_source_sql
     from airflow_trickle.refresh.differential import source_columns
     from airflow_trickle.refresh.full import numbered_rows_sql, pinned_query_sql
@@ -184,34 +229,35 @@ def full_rows_sql(env, st, current: dict[str, int], *, stable: bool = True) -> s
     if st.storage.is_keyed:
         return full_source_sql(st, source_columns(env, st), current)
     return numbered_rows_sql(pinned_query_sql(env, st, current), st.output_columns,
-                             stable=stable or st.storage.dup_type != "bigint")
+                             stable=st.storage.dup_type != "bigint")
 
 
 def full_refresh_sql(env, st, current: dict[str, int], *, overwrite: bool | None = None) -> str:
     """The statement of a FULL refresh into populated storage: recompute at ``current``, then
     replace the stored rows (INSERT OVERWRITE) or MERGE only the difference in, as
-    :func:`full_overwrites` decides unless ``overwrite`` says."""
-    from airflow_trickle.refresh.full import full_merge_sql
+    :func:`full_overwrites` decides unless ``overwrite`` says (a keyed table's by key, a bag
+    table's by content: ``refresh/full.py``)."""
+    from airflow_trickle.refresh.full import bag_full_merge_sql, full_merge_sql, pinned_query_sql
 
     if full_overwrites(env, st) if overwrite is None else overwrite:
         return fill_storage_sql(env, st, current, overwrite=True)
+    if not st.storage.is_keyed:
+        return bag_full_merge_sql(st.name, pinned_query_sql(env, st, current), st.output_columns,
+                                  st.storage.dup_type)
     return full_merge_sql(st.name, full_rows_sql(env, st, current), st.output_columns + st.storage.state_names())
 
 
 def fill_storage_sql(env, st, current: dict[str, int], *, overwrite: bool = False, rows: str | None = None) -> str:
     """The INSERT of a FULL refresh into empty storage (or, ``overwrite``, in place of every stored
-    row): the recomputed rows (``rows``: :func:`full_storage_rows_sql`'s, when made already).
-    An overwrite's copy numbers need not be stable (nothing reads this table, so no FULL
-    refresh diffs against them); the first population's are, since the stream tables that will
-    read this one come after it."""
-    rows = rows or full_storage_rows_sql(env, st, current, stable=not overwrite)
+    row): the recomputed rows (``rows``: :func:`full_storage_rows_sql`'s, when made already)."""
+    rows = rows or full_storage_rows_sql(env, st, current)
     return f"INSERT {'OVERWRITE TABLE' if overwrite else 'INTO'} {quote_name(st.name)} ({_stored_columns(st)}) {rows}"
 
 
-def full_storage_rows_sql(env, st, current: dict[str, int], *, stable: bool) -> str:
+def full_storage_rows_sql(env, st, current: dict[str, int]) -> str:
     """The recomputed rows as stored: every stored column, visible and hidden, by name."""
     columns = _stored_columns(st)
-    return f"SELECT {columns} FROM ({full_rows_sql(env, st, current, stable=stable)}) AS __full"
+    return f"SELECT {columns} FROM ({full_rows_sql(env, st, current)}) AS __full"
 
 
 def _stored_columns(st) -> str:

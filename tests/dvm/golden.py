@@ -28,7 +28,7 @@ from airflow_trickle.dvm.delta_plan import plan_refresh
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.dvm.planner import plan
-from airflow_trickle.refresh.full import full_merge_sql, numbered_rows_sql
+from airflow_trickle.refresh.full import bag_full_merge_sql, full_merge_sql
 from airflow_trickle.sql.parse import DIALECT
 
 #: The view name a refresh gives the materialized top-K candidates, in the golden SQL.
@@ -112,9 +112,9 @@ def compile_case(case: Case) -> str:
         return bag_append_sql(st.name, st.output_columns, node.delta_sql(versions), seq=7)
     if case.output == "full":
         at_new = Versions(old=new, new=new, columns=case.sources)
-        source = (full_source_sql(st, case.sources, new) if layout.is_keyed
-                  else numbered_rows_sql(node.state_sql(at_new, "new"), st.output_columns))
-        return full_merge_sql(st.name, source, st.output_columns + layout.state_names())
+        if not layout.is_keyed:
+            return bag_full_merge_sql(st.name, node.state_sql(at_new, "new"), st.output_columns)
+        return full_merge_sql(st.name, full_source_sql(st, case.sources, new), st.output_columns + layout.state_names())
     raise ValueError(f"{case.name}: unknown output {case.output!r}; use one of {OUTPUTS}")
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable
 
-from airflow_trickle.refresh.local_merge import at_most, why_not_writable
 from airflow_trickle.refresh.full import bag_difference_sql
+from airflow_trickle.refresh.local_merge import at_most, why_not_writable
 from airflow_trickle.storage.deltalog import open_table
 
 if TYPE_CHECKING:

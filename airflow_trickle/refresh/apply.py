@@ -148,14 +148,12 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                                  txn_app_id=txn_app_id, txn_version=seq, max_rows=env.config.local_commit_max_rows,
                                  before_commit=fenced)
 
-    def local_difference(writer):
+    def local_difference(result_sql: str):
         """A FULL refresh's difference computed once and committed as a small bag delta (False:
         larger than a local commit takes)."""
-        return apply_difference(env.spark, env.engine, env.catalog.at(st.location), writer.result_sql,
-                                target=st.name, columns=st.output_columns,
-                                max_rows=env.config.local_commit_max_rows,
-                                merge_over=lambda view: writer.merge_over(st, view),
-                                local_commit=local_commit, commit=commit)
+        return apply_difference(env.spark, env.engine, env.catalog.at(st.location), result_sql,
+                                target=st.name, columns=st.output_columns, dup_type=st.storage.dup_type,
+                                max_rows=env.config.local_commit_max_rows, local_commit=local_commit, commit=commit)
 
     writes = (commit, local_commit, local_overwrite, local_difference)
     local = estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows

@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable
 
+from airflow_trickle.dvm.bag import bag_merge_sql
 from airflow_trickle.refresh.full import bag_difference_sql
-from airflow_trickle.refresh.local_merge import at_most, why_not_writable
+from airflow_trickle.refresh.local_merge import at_most
 from airflow_trickle.storage.deltalog import open_table
 
 if TYPE_CHECKING:
@@ -35,20 +36,19 @@ log = logging.getLogger(__name__)
 
 
 def apply_difference(spark, engine, location: "Location", result_sql: str, *, target: str, columns: list[str],
-                     max_rows: int, merge_over: Callable[[str], str],
-                     local_commit: Callable[..., dict | None | bool], commit: Callable[[str], dict | None]):
+                     dup_type: str, max_rows: int, local_commit: Callable[..., dict | None | bool],
+                     commit: Callable[[str], dict | None]):
     """Apply the difference between ``result_sql``'s rows and those stored in the bag table
-    ``target`` (at ``location``; ``columns``: its visible ones) as a bag delta.
+    ``target`` (at ``location``; ``columns``: its visible ones, ``dup_type`` its copy numbers'
+    type) as a bag delta.
 
-    ``merge_over(view)`` is the MERGE applying the bag delta held in the view ``view``;
     ``local_commit(sql, expected_version=v)`` commits a MERGE through delta-rs (False: it does
-    not apply), ``commit(sql)`` through Spark.  Returns the commit's MERGE-shaped metrics (None:
-    the transaction had landed already), or False when the difference holds more than
-    ``max_rows`` changed contents (not brought into this process): the caller runs the whole
-    statement on Spark.
+    not apply, then ``commit(sql)`` runs it on Spark).  Returns the commit's MERGE-shaped
+    metrics (None: the transaction had landed already), or False when the difference holds more
+    than ``max_rows`` changed contents (not brought into this process): the caller runs the
+    whole statement on Spark.
     """
-    table = open_table(location, fresh=True)
-    version = table.version()
+    version = open_table(location, fresh=True).version()
     frame = spark.sql(bag_difference_sql(result_sql, target, columns, version=version, consolidated=True))
     rows = at_most(frame, max_rows)
     if rows is None:
@@ -57,11 +57,8 @@ def apply_difference(spark, engine, location: "Location", result_sql: str, *, ta
     view = f"__trickle_difference_{version}_{id(rows)}"
     engine.local_relation(rows, view, schema=frame.schema)
     try:
-        merge = merge_over(view)
-        if why_not_writable(table) is None:
-            metrics = local_commit(merge, expected_version=version)
-            if metrics is not False:
-                return metrics
-        return commit(merge)
+        merge = bag_merge_sql(target, columns, f"SELECT * FROM {view}", dup_type)
+        metrics = local_commit(merge, expected_version=version)
+        return commit(merge) if metrics is False else metrics
     finally:
         engine.drop_view(view)

@@ -50,7 +50,7 @@ class Writer:
         """Run the statement; its metrics (None: Delta skipped it, the transaction had landed).
 
         ``commit(sql)`` runs a statement on Spark; ``local_commit(merge_sql)``,
-        ``local_overwrite(rows_sql)`` and ``local_difference(writer)`` (a :class:`LocalDiffMerge`'s)
+        ``local_overwrite(rows_sql)`` and ``local_difference(result_sql)`` (a :class:`LocalDiffMerge`'s)
         write through delta-rs where that applies (False: it does not)."""
         return commit(self.sql)
 
@@ -111,14 +111,8 @@ class LocalDiffMerge(DiffMerge):
     result_sql: str = ""
 
     def write(self, commit, local_commit, local_overwrite, local_difference) -> dict | None:
-        metrics = local_difference(self)
+        metrics = local_difference(self.result_sql)
         return commit(self.sql) if metrics is False else metrics
-
-    def merge_over(self, st, view: str) -> str:
-        """The MERGE applying the bag delta held in the view ``view`` to ``st``."""
-        from airflow_trickle.dvm.bag import bag_merge_sql
-
-        return bag_merge_sql(st.name, st.output_columns, f"SELECT * FROM {view}", st.storage.dup_type)
 
 
 class Replace(Writer):
@@ -174,12 +168,12 @@ def full_writer(env, st, current: dict[str, int], *, local: bool = False) -> Wri
         rows = full_storage_rows_sql(env, st, current)
         insert = fill_storage_sql(env, st, current, overwrite=True, rows=rows)
         return LocalOverwrite(insert, rows) if env.config.local_commit_max_rows > 0 else Overwrite(insert)
-    merge = full_refresh_sql(env, st, current, overwrite=False)
     if local and not st.storage.is_keyed and env.config.local_commit_max_rows > 0:
-        from airflow_trickle.refresh.full import pinned_query_sql
+        from airflow_trickle.refresh.full import bag_full_merge_sql, pinned_query_sql
 
-        return LocalDiffMerge(merge, pinned_query_sql(env, st, current))
-    return DiffMerge(merge)
+        result = pinned_query_sql(env, st, current)
+        return LocalDiffMerge(bag_full_merge_sql(st.name, result, st.output_columns, st.storage.dup_type), result)
+    return DiffMerge(full_refresh_sql(env, st, current, overwrite=False))
 
 
 def full_overwrites(env, st) -> bool:

@@ -206,11 +206,19 @@ class Arrangement:
 
 def change_rows(uri: str, after: int, up_to: int, columns: list[str], storage_options: dict | None = None) -> pa.Table:
     """The change feed of the table at ``uri`` over versions ``(after, up_to]`` (delta-rs):
-    ``columns`` plus :data:`WEIGHT`, +1 for an insert or post-image, -1 for a delete or pre-image."""
+    ``columns`` plus :data:`WEIGHT`, +1 for an insert or post-image, -1 for a delete or pre-image.
+
+    Refused (``TypeError``; the caller has Spark read the feed) for a table delta-rs does not read
+    as Spark does: with deletion vectors, delta-rs 1.6.6 derives a delete's rows from the vectors
+    and, where one names rows past a file's first row group, panics in a thread that cannot
+    unwind -- the whole process aborts, beyond any ``except``."""
     from deltalake import DeltaTable
 
-    rows = pa.table(DeltaTable(uri, storage_options=storage_options).load_cdf(
-        after + 1, up_to, columns=[*columns, "_change_type"]))
+    table = DeltaTable(uri, storage_options=storage_options)
+    why_not = why_rows_unreadable(table)
+    if why_not:
+        raise TypeError(f"{uri}: delta-rs does not read its change feed as Spark does ({why_not})")
+    rows = pa.table(table.load_cdf(after + 1, up_to, columns=[*columns, "_change_type"]))
     inserted = pc.is_in(rows["_change_type"].cast(pa.string()), value_set=_INSERTED)
     weight = pc.if_else(inserted, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
     return rows.select(columns).append_column(WEIGHT, weight)

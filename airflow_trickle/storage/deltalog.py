@@ -67,8 +67,10 @@ def why_rows_unreadable(table) -> str | None:
     name, not by the physical name the mapping gave it (a column created or renamed under the
     mapping), and under the legacy protocol (reader version 2) it does not refuse -- every such
     value comes back NULL, and an arrangement of the table would silently miss every partner
-    (``tests/test_arranged_joins.py``).  Deletion vectors and other reader features it refuses
-    itself; they are named here so that the reason says so."""
+    (``tests/test_arranged_joins.py``).  Deletion vectors and other reader features its scans
+    refuse themselves, but its change feed reader does not: a delete by deletion vectors that
+    names rows past a file's first row group aborts the process (``storage.arrangement.change_rows``
+    asks here first).  They are named here so that the reason says so."""
     protocol = table.protocol()
     mode = (table.metadata().configuration or {}).get("delta.columnMapping.mode", "none")
     if mode != "none" or "columnMapping" in (protocol.reader_features or []):

@@ -1,6 +1,8 @@
 """DIFFERENTIAL mode: what it refuses, when it falls back to FULL (and says why), crash safety."""
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from airflow_trickle.catalog import CatalogStore
@@ -494,6 +496,51 @@ def test_bag_copies_numbered_without_a_shuffle_stay_exact_through_deltas_and_a_n
     assert copies() == before
     assert tr.refresh_stream_table(f"{db}.reader").action == "DIFFERENTIAL"
     assert_matches(tr, f"{db}.reader", f"SELECT cid, COUNT(*) AS n FROM {db}.o GROUP BY cid")
+
+
+def test_a_bag_delta_is_resolved_here_with_every_type_nulls_and_duplicates(tr, db, caplog):
+    """A bag table's delta is computed by Spark once and resolved in this process against the
+    stored copies delta-rs reads (``refresh/local_bag.py``): copies gained are numbered after the
+    highest stored one, copies lost are the highest-numbered.  Columns of every primitive type
+    pass through unchanged (each value cast by Spark to the stored type), NULLs and duplicates
+    included, the commit is delta-rs's, and the table equals its query after every refresh."""
+    columns = ("i INT, b BIGINT, sm SMALLINT, ti TINYINT, s STRING, f BOOLEAN, d DOUBLE, r FLOAT, dt DATE, "
+               "ts TIMESTAMP, nt TIMESTAMP_NTZ, m DECIMAL(12,3), bin BINARY, v INT")
+    tr.sql(f"CREATE TABLE {db}.typed ({columns}) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+
+    def row(n: int, v: int) -> str:
+        return (f"({n}, {n * 10_000_000_000}, {n % 300}, {n % 100}, 'k{n}é', {str(n % 2 == 0).lower()}, "
+                f"{n}.25D, {n}.5F, DATE'2024-02-{n % 28 + 1:02d}', TIMESTAMP'2024-03-10 02:{n % 60:02d}:07.123456', "
+                f"TIMESTAMP_NTZ'2024-03-31 23:{n % 60:02d}:59.000001', {n}.125BD, X'{n:04x}', {v})")
+
+    nulls = "(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1)"
+    rows = [(n, n % 3) for n in range(8)] + [(2, 10), (2, 11), (5, 12)]  # i = 2: three copies, i = 5: two
+    tr.sql(f"INSERT INTO {db}.typed VALUES {', '.join(row(n, v) for n, v in rows)}, {nulls}, {nulls}")
+    name = f"{db}.bag"
+    query = f"SELECT i, b, sm, ti, s, f, d, r, dt, ts, nt, m, bin FROM {db}.typed WHERE v >= 0"
+    tr.create_stream_table(name, query, schedule=None, refresh_mode="DIFFERENTIAL")
+    identities = f"SELECT __trickle_row_id, __trickle_dup FROM {name}"
+    steps = [[f"DELETE FROM {db}.typed WHERE i = 2 AND v = 10"],  # one copy of three lost
+             [f"INSERT INTO {db}.typed VALUES {row(5, 20)}, {row(5, 21)}, {row(9, 1)}, {nulls}",  # copies gained
+              f"DELETE FROM {db}.typed WHERE i = 7"],  # (not an insert-only window: no append)
+             [f"UPDATE {db}.typed SET v = -1 WHERE i = 5 AND v >= 20"],  # both lost again
+             [f"UPDATE {db}.typed SET i = 9 WHERE i = 2"],  # two copies lost, two of another content gained
+             [f"DELETE FROM {db}.typed WHERE i IS NULL"]]  # every copy of a content of NULLs
+    for statement in steps:
+        for sql in statement:
+            tr.sql(sql)
+        before = {tuple(r) for r in tr.sql(identities).collect()}
+        with caplog.at_level(logging.INFO, logger="airflow_trickle"):
+            caplog.clear()
+            result = tr.refresh_stream_table(name)
+        assert result.action == "DIFFERENTIAL", (statement, result.reason)
+        assert "resolved here against" in caplog.text, statement
+        assert tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().engineInfo.startswith("delta-rs")
+        assert_matches(tr, name, query)
+        after = [tuple(r) for r in tr.sql(identities).collect()]
+        assert len(set(after)) == len(after), statement  # identities stay unique
+        kept = before & set(after)  # a copy that stays keeps its number; every other one is new
+        assert len(after) - len(kept) == result.rows_inserted and len(before) - len(kept) == result.rows_deleted
 
 
 def test_the_stored_rows_a_small_change_matches_keep_every_type_however_they_are_read(tr, db, monkeypatch):

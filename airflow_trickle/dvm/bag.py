@@ -19,8 +19,13 @@ from airflow_trickle.sql.rewrite import row_hash_sql
 SPARSE_STRIDE = 2 ** 31
 
 
-def _hashed_delta(columns: list[str], delta_sql: str) -> str:
-    """The bag delta consolidated per row content (``W`` = net copies), with the content hash ``__rid``."""
+#: The content hash column of :func:`hashed_delta_sql`'s rows.
+CONTENT_HASH = "__rid"
+
+
+def hashed_delta_sql(columns: list[str], delta_sql: str) -> str:
+    """The bag delta consolidated per row content (``W`` = net copies, never 0), with the content
+    hash ``__rid`` (the stored ``__trickle_row_id`` of its copies)."""
     cols = ", ".join(f"`{c}`" for c in columns)
     consolidated = (f"SELECT {cols}, SUM({W}) AS {W} FROM ({delta_sql}) AS __d GROUP BY {cols} "
                     f"HAVING SUM({W}) <> 0")
@@ -57,7 +62,7 @@ def bag_append_sql(target: str, columns: list[str], delta_sql: str, *, seq: int,
     older version) numbers its copies after the stored ones instead.
     """
     all_cols = columns + [ROW_ID, DUP]
-    hashed = _hashed_delta(columns, delta_sql)
+    hashed = hashed_delta_sql(columns, delta_sql)
     if dup_type == "bigint":
         cols = ", ".join(f"`{c}`" for c in columns)
         copies = (f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST({seq} AS BIGINT) * {SPARSE_STRIDE} + __i AS `{DUP}` "
@@ -87,7 +92,7 @@ def bag_merge_sql(target: str, columns: list[str], delta_sql: str, dup_type: str
     copies = (f"SELECT {cols}, __rid AS `{ROW_ID}`, CAST(__copy AS {dup_type}) AS `{DUP}`, "
               f"IF({W} > 0, 'I', 'D') AS __op FROM ({paired}) AS __p "
               f"LATERAL VIEW explode(IF({W} > 0, sequence(__n + 1, __n + {W}), array(__dup))) AS __copy")
-    ops = f"WITH __trickle_hashed AS ({_hashed_delta(columns, delta_sql)}) {copies}"
+    ops = f"WITH __trickle_hashed AS ({hashed_delta_sql(columns, delta_sql)}) {copies}"
     all_cols = columns + [ROW_ID, DUP]
     return (f"MERGE INTO {quote_name(target)} AS t USING ({ops}) AS s "
             f"ON t.`{ROW_ID}` = s.`{ROW_ID}` AND t.`{DUP}` = s.`{DUP}` "

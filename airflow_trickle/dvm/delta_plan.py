@@ -67,6 +67,16 @@ class DeltaPlan:
 
     # -- the statements, rendered with what the refresh bound so far -------------------------
 
+    def bag_delta_sql(self, v: Versions | None = None) -> str | None:
+        """The consolidated, hashed delta (``dvm/bag.hashed_delta_sql``) that the bag MERGE of
+        :meth:`apply_sql` applies; None when the plan applies something else (an append, a
+        top-K, an aggregate's MERGE)."""
+        from airflow_trickle.dvm.bag import hashed_delta_sql
+
+        if self.kind is not PlanKind.MERGE or self.top_k is not None or self.strategy != Strategy.BAG:
+            return None
+        return hashed_delta_sql(self.st.output_columns, self.node.delta_sql(v or self.versions))
+
     def part_sql(self, v: Versions, node: Node, part: str) -> str:
         """The rows of one part of a recursive CTE's delta."""
         return node.part_sql(v, part)

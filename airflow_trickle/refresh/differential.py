@@ -30,6 +30,7 @@ from airflow_trickle.dvm.base import Unsupported, Versions
 from airflow_trickle.dvm.delta_plan import KNOWN_GROUPS_LIMIT, DeltaPlan, PlanKind, plan_refresh
 from airflow_trickle.model import CdcMode, SourceType, Strategy
 from airflow_trickle.names import HIDDEN_PREFIX
+from airflow_trickle.refresh.local_bag import LocalBag
 from airflow_trickle.refresh.local_topk import LocalTopK
 from airflow_trickle.refresh.schema import source_visible_columns
 
@@ -92,12 +93,13 @@ def plan_differential(env, st, current: dict[str, int]) -> tuple[DeltaPlan | Non
 
 @dataclass(frozen=True)
 class Prepared:
-    """The statement that applies a delta, and its changes when this process resolved them
-    already (a top-K's: ``refresh/local_topk.py``; delta-rs commits them where it writes the
-    table, else Spark runs ``sql``, which is exact either way)."""
+    """The statement that applies a delta, and how this process resolves its changes (a
+    top-K's, decided already: ``refresh/local_topk.py``; a bag delta's, once delta-rs commits:
+    ``refresh/local_bag.py``; delta-rs commits them where it writes the table, else Spark runs
+    ``sql``, which is exact either way)."""
 
     sql: str
-    local: LocalTopK | None = None
+    local: LocalTopK | LocalBag | None = None
     #: A top-K's row left it: its rows are recomputed from the query (a recompute's cost, not
     #: the delta's: ``refresh/cost.observed_times`` weighs it so)
     beyond_boundary: bool = False
@@ -123,7 +125,9 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
         if look_up_reach is not None:
             v = look_up_reach(node, part, view, v)
     if not plan.probes_boundary:
-        return Prepared(plan.apply_sql(v))
+        bag_delta = plan.bag_delta_sql(v)
+        here = LocalBag(env.spark, bag_delta, env.config.local_commit_max_rows) if bag_delta is not None else None
+        return Prepared(plan.apply_sql(v), here)
     for block in plan.counted_groups:
         if v.groups_probed_whole(block):  # every row of its touched groups is bound: nothing to count
             continue

@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp, parse_one
 
@@ -515,3 +516,33 @@ def _merge(table, changes, identity: str, quoted: dict, metadata: dict, txn_app_
             .when_matched_update(quoted, predicate=f"s.\"{ACTION}\" = 'U'")
             .when_not_matched_insert(quoted, predicate=f"s.\"{ACTION}\" = 'I'")
             .execute())
+
+
+def resolved_rows(rows, inserts: list[tuple[int, int]], deletes: list[tuple[int, int]], schema):
+    """Resolved changes (this module's rows: each stored column, the action, the matched row's
+    identity) decided in this process: ``deletes`` are stored identities ``(row id, copy)``,
+    ``inserts`` are ``(row of rows, copy number)`` -- the copy's values are that row's (its
+    ``__trickle_row_id`` included), cast to the stored ``schema``'s types.
+
+    >>> schema = pa.schema([("v", pa.int64()), (ROW_ID, pa.int64()), (DUP, pa.int64())])
+    >>> rows = resolved_rows(pa.table({"v": [7], ROW_ID: [70]}), [(0, 3)], [(11, 2)], schema).to_pylist()
+    >>> [(r[ACTION], r["v"], r[ROW_ID], r[DUP], r[MATCHED_ID], r[MATCHED_DUP]) for r in rows]
+    [('D', None, None, None, 11, 2), ('I', 7, 70, 3, None, None)]
+    """
+    picked = pa.array([i for i, _ in inserts], pa.int64())
+
+    def column(values, kind):
+        return pa.chunked_array([pa.nulls(len(deletes), kind), values.cast(kind)], kind)
+
+    columns = []
+    for field in schema:
+        if field.name == DUP:
+            columns.append(column(pa.array([dup for _, dup in inserts], pa.int64()), field.type))
+        else:
+            columns.append(column(rows[field.name].take(picked), field.type))
+    identity = [([rid for rid, _ in deletes], schema.field(ROW_ID).type),
+                ([dup for _, dup in deletes], schema.field(DUP).type)]
+    columns.append(pa.chunked_array([pa.array(["D"] * len(deletes) + ["I"] * len(inserts), pa.string())]))
+    for values, kind in identity:
+        columns.append(pa.chunked_array([pa.array(values, pa.int64()).cast(kind), pa.nulls(len(inserts), kind)], kind))
+    return pa.Table.from_arrays(columns, names=[field.name for field in schema] + [ACTION, MATCHED_ID, MATCHED_DUP])

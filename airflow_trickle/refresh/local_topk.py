@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_trickle.model import DUP, ROW_ID
-from airflow_trickle.refresh.local_merge import ACTION, MATCHED_DUP, MATCHED_ID
+from airflow_trickle.refresh.local_merge import ACTION, MATCHED_DUP, MATCHED_ID, resolved_rows
 from airflow_trickle.sql.rewrite import row_hash_sql
 
 log = logging.getLogger(__name__)
@@ -172,24 +172,7 @@ def resolved_top_k_changes(top: pa.Table, stored: pa.Table, schema: pa.Schema) -
         highest = max(have, default=0)
         for n, i in enumerate(rows[len(have):], start=1):
             inserts.append((i, highest + n))
-    picked = pa.array([i for i, _ in inserts], pa.int64())
-
-    def column(values: pa.ChunkedArray | pa.Array, kind: pa.DataType) -> pa.ChunkedArray:
-        return pa.chunked_array([pa.nulls(len(deletes), kind), values.cast(kind)], kind)
-
-    columns = []
-    for field in schema:
-        if field.name == DUP:
-            columns.append(column(pa.array([dup for _, dup in inserts], pa.int64()), field.type))
-        else:
-            columns.append(column(top[field.name].take(picked), field.type))
-    identity = [(MATCHED_ID, [rid for rid, _ in deletes], schema.field(ROW_ID).type),
-                (MATCHED_DUP, [dup for _, dup in deletes], schema.field(DUP).type)]
-    columns.append(pa.chunked_array([pa.array(["D"] * len(deletes) + ["I"] * len(inserts), pa.string())]))
-    for _, values, kind in identity:
-        columns.append(pa.chunked_array([pa.array(values, pa.int64()).cast(kind), pa.nulls(len(inserts), kind)], kind))
-    names = [field.name for field in schema] + [ACTION, MATCHED_ID, MATCHED_DUP]
-    return pa.Table.from_arrays(columns, names=names)
+    return resolved_rows(top, inserts, deletes, schema)
 
 
 @dataclass(frozen=True)

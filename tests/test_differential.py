@@ -336,21 +336,21 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
     with ``local_commit_max_rows = 0`` Spark's MERGE commits them.  Same sources, same changes
     (inserts, deletes, updates, NULL keys, duplicates, a group that vanishes and comes back):
     every table equals its query, and their commits' change feeds hold the same rows.  delta-rs
-    reads the stored rows two ways: the whole (small) table, or only the rows the change's keys
-    name -- for the bag table, whose change rows read its stored copies, those keys are computed
-    first (``resolve_reading_stored_rows``)."""
-    from airflow_trickle.refresh import local_merge
+    reads the aggregate's stored rows two ways: the whole (small) table, or only the rows the
+    change's keys name; the bag table's delta is resolved in this process against the stored
+    copies it names (``refresh/local_bag.py``) either way."""
+    from airflow_trickle.refresh import local_bag, local_merge
 
-    reads = set()  # (storage folder, shipped whole) of each resolution that read the stored rows itself
-    real_read = local_merge.resolve_reading_stored_rows
+    resolved_here = set()  # storage folders of the bag deltas resolved in this process
+    real_resolved = local_bag.LocalBag.resolved
 
-    def reading(spark, table, *args, **kwargs):
-        resolved = real_read(spark, table, *args, **kwargs)
-        if resolved is not False:
-            reads.add((table.table_uri.rstrip("/").rsplit("/", 1)[-1], kwargs["whole"]))
+    def resolving(self, table):
+        resolved = real_resolved(self, table)
+        if resolved is not None and resolved is not False:
+            resolved_here.add(table.table_uri.rstrip("/").rsplit("/", 1)[-1])
         return resolved
 
-    monkeypatch.setattr(local_merge, "resolve_reading_stored_rows", reading)
+    monkeypatch.setattr(local_bag.LocalBag, "resolved", resolving)
     tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")
     tr.sql(f"INSERT INTO {db}.o VALUES (1, 1, 10), (2, 1, 20), (3, 2, 30), (4, NULL, 5), (4, NULL, 5), (5, 3, 7)")
     tr.sql(f"CREATE TABLE {db}.c (id INT, region STRING) USING delta")
@@ -384,7 +384,7 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
                 newest, feeds[how] = newest_commit_and_feed(tr, name)
                 assert newest.engineInfo.startswith("delta-rs") == (how != "spark"), (name, newest.engineInfo)
             assert feeds["local"] == feeds["keys"] == feeds["spark"], kind
-    assert {("bag_local", True), ("bag_keys", False)} <= reads, reads  # the bag table: whole, by keys
+    assert resolved_here == {"bag_local", "bag_keys"}, resolved_here
 
 
 def test_a_full_refresh_s_small_result_is_written_by_delta_rs_as_spark_would_write_it(tr, db, monkeypatch):

@@ -166,6 +166,17 @@ def test_arrangements_off_and_unprobeable_terms_keep_the_scans(tr, db, tmp_path,
     assert not folder.exists()
 
 
+def refresh_through(tr, name: str, query: str, changes: list[str]) -> None:
+    """Run each statement of ``changes``, then refresh ``name``: DIFFERENTIAL and equal to ``query``."""
+    from tests.oracle import multiset
+
+    for statement in changes:
+        tr.sql(statement)
+        result = tr.refresh_stream_table(name)
+        assert result.action == "DIFFERENTIAL", (statement, result.reason)
+        assert multiset(tr.read(name)) == multiset(tr.sql(query)), statement
+
+
 def test_a_source_with_column_mapping_is_not_arranged(tr, db, tmp_path, monkeypatch, caplog):
     """delta-rs 1.6 reads a column-mapped table by logical names, which its data files do not
     hold (a column made or renamed under the mapping is stored under a physical name of its
@@ -173,8 +184,6 @@ def test_a_source_with_column_mapping_is_not_arranged(tr, db, tmp_path, monkeypa
     an error.  An arrangement of such a table would be empty and a probe through it would find no
     partner.  It is refused at build, the term keeps its scans, and the stream table stays exact
     through changes on both sides."""
-    from tests.oracle import multiset
-
     monkeypatch.setattr(tr.config, "arrangement_min_rows", 0)
     monkeypatch.setattr(tr.config, "arrangement_dir", str(tmp_path / "arrangements"))
     tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta "
@@ -189,11 +198,7 @@ def test_a_source_with_column_mapping_is_not_arranged(tr, db, tmp_path, monkeypa
     changes = [f"INSERT INTO {db}.o VALUES (4, 1, 40), (5, 2, 50)", f"DELETE FROM {db}.o WHERE id = 1",
                f"UPDATE {db}.c SET region = 'w' WHERE id = 2", f"INSERT INTO {db}.c VALUES (1, NULL)"]
     with caplog.at_level(logging.INFO, logger="airflow_trickle"):
-        for statement in changes:
-            tr.sql(statement)
-            result = tr.refresh_stream_table(name)
-            assert result.action == "DIFFERENTIAL", (statement, result.reason)
-            assert multiset(tr.read(name)) == multiset(tr.sql(query)), statement
+        refresh_through(tr, name, query, changes)
     assert "delta-rs does not read its rows as Spark does (column mapping)" in caplog.text
 
 
@@ -203,8 +208,6 @@ def test_a_source_with_deletion_vectors_has_its_change_read_by_spark(tr, db, tmp
     rows past the file's first row group, it panics in a thread that cannot unwind, which aborts
     the whole process (the Airflow task, the Spark service).  Such a source's change is read by
     Spark, and the stream table stays exact through deletes, updates and inserts on it."""
-    from tests.oracle import multiset
-
     monkeypatch.setattr(tr.config, "arrangement_min_rows", 0)
     monkeypatch.setattr(tr.config, "arrangement_dir", str(tmp_path / "arrangements"))
     tr.sql(f"CREATE TABLE {db}.o (id BIGINT, cid INT, note STRING) USING delta TBLPROPERTIES "
@@ -229,11 +232,7 @@ def test_a_source_with_deletion_vectors_has_its_change_read_by_spark(tr, db, tmp
     tr.sql("SET spark.databricks.delta.stats.skipping = true")
     try:
         with caplog.at_level(logging.INFO, logger="airflow_trickle"):
-            for statement in changes:
-                tr.sql(statement)
-                result = tr.refresh_stream_table(name)
-                assert result.action == "DIFFERENTIAL", (statement, result.reason)
-                assert multiset(tr.read(name)) == multiset(tr.sql(query)), statement
+            refresh_through(tr, name, query, changes)
     finally:
         tr.sql("SET spark.databricks.delta.stats.skipping = false")
     assert "delta-rs does not read its change feed as Spark does (reader features deletionVectors)" in caplog.text

@@ -498,12 +498,10 @@ def test_bag_copies_numbered_without_a_shuffle_stay_exact_through_deltas_and_a_n
     assert_matches(tr, f"{db}.reader", f"SELECT cid, COUNT(*) AS n FROM {db}.o GROUP BY cid")
 
 
-def test_a_bag_delta_is_resolved_here_with_every_type_nulls_and_duplicates(tr, db, caplog):
-    """A bag table's delta is computed by Spark once and resolved in this process against the
-    stored copies delta-rs reads (``refresh/local_bag.py``): copies gained are numbered after the
-    highest stored one, copies lost are the highest-numbered.  Columns of every primitive type
-    pass through unchanged (each value cast by Spark to the stored type), NULLs and duplicates
-    included, the commit is delta-rs's, and the table equals its query after every refresh."""
+def typed_source(tr, db):
+    """``{db}.typed``: a column of every primitive type and ``v INT``, with its change feed, empty;
+    returns ``row(n, v)`` (the SQL of a row whose every column derives from ``n``) and the SQL
+    of a row of NULLs with ``v = 1``."""
     columns = ("i INT, b BIGINT, sm SMALLINT, ti TINYINT, s STRING, f BOOLEAN, d DOUBLE, r FLOAT, dt DATE, "
                "ts TIMESTAMP, nt TIMESTAMP_NTZ, m DECIMAL(12,3), bin BINARY, v INT")
     tr.sql(f"CREATE TABLE {db}.typed ({columns}) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)")
@@ -513,7 +511,16 @@ def test_a_bag_delta_is_resolved_here_with_every_type_nulls_and_duplicates(tr, d
                 f"{n}.25D, {n}.5F, DATE'2024-02-{n % 28 + 1:02d}', TIMESTAMP'2024-03-10 02:{n % 60:02d}:07.123456', "
                 f"TIMESTAMP_NTZ'2024-03-31 23:{n % 60:02d}:59.000001', {n}.125BD, X'{n:04x}', {v})")
 
-    nulls = "(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1)"
+    return row, "(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1)"
+
+
+def test_a_bag_delta_is_resolved_here_with_every_type_nulls_and_duplicates(tr, db, caplog):
+    """A bag table's delta is computed by Spark once and resolved in this process against the
+    stored copies delta-rs reads (``refresh/local_bag.py``): copies gained are numbered after the
+    highest stored one, copies lost are the highest-numbered.  Columns of every primitive type
+    pass through unchanged (each value cast by Spark to the stored type), NULLs and duplicates
+    included, the commit is delta-rs's, and the table equals its query after every refresh."""
+    row, nulls = typed_source(tr, db)
     rows = [(n, n % 3) for n in range(8)] + [(2, 10), (2, 11), (5, 12)]  # i = 2: three copies, i = 5: two
     tr.sql(f"INSERT INTO {db}.typed VALUES {', '.join(row(n, v) for n, v in rows)}, {nulls}, {nulls}")
     name = f"{db}.bag"
@@ -551,16 +558,7 @@ def test_the_stored_rows_a_small_change_matches_keep_every_type_however_they_are
     break the equality), with NULLs and a group that vanishes and comes back."""
     from airflow_trickle.refresh import local_merge
 
-    columns = ("i INT, b BIGINT, sm SMALLINT, ti TINYINT, s STRING, f BOOLEAN, d DOUBLE, r FLOAT, dt DATE, "
-               "ts TIMESTAMP, nt TIMESTAMP_NTZ, m DECIMAL(12,3), bin BINARY, v INT")
-    tr.sql(f"CREATE TABLE {db}.typed ({columns}) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)")
-
-    def row(n: int, v: int) -> str:
-        return (f"({n}, {n * 10_000_000_000}, {n % 300}, {n % 100}, 'k{n}é', {str(n % 2 == 0).lower()}, "
-                f"{n}.25D, {n}.5F, DATE'2024-02-{n % 28 + 1:02d}', TIMESTAMP'2024-03-10 02:{n % 60:02d}:07.123456', "
-                f"TIMESTAMP_NTZ'2024-03-31 23:{n % 60:02d}:59.000001', {n}.125BD, X'{n:04x}', {v})")
-
-    nulls = "(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1)"
+    row, nulls = typed_source(tr, db)
     tr.sql(f"INSERT INTO {db}.typed VALUES {', '.join(row(n, n) for n in range(6))}, {nulls}")
     keys = "i, b, sm, ti, s, f, d, r, dt, ts, nt, m, bin"
     query = f"SELECT {keys}, COUNT(*) AS n, SUM(v) AS total FROM {db}.typed GROUP BY {keys}"

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from airflow_trickle.model import WEIGHT
 from airflow_trickle.refresh.local_merge import resolution, resolved_changes_sql, why_not_writable, writable_columns
 
 MERGE = ("MERGE INTO `s`.`st` AS t USING (SELECT id, dn, `__trickle_row_id` FROM d) AS s "
@@ -83,3 +84,47 @@ def test_which_tables_delta_rs_writes(tmp_path):
     assert why_not_writable(nested) == "column k is not of a primitive type"
     unkeyed = _table(tmp_path / "unkeyed", {"k": pa.array([1])})
     assert writable_columns(unkeyed) is None and why_not_writable(unkeyed) == "no row identity columns"
+
+
+def _bag_pairing_by_hand(delta: pa.Table, stored: pa.Table) -> tuple[list, list]:
+    """``dvm/bag.bag_merge_sql``'s pairing, written out per content: (copies inserted as (delta
+    row, number), copies deleted as (row id, number))."""
+    copies: dict[int, list[int]] = {}
+    for rid, dup in zip(stored["__trickle_row_id"].to_pylist(), stored["__trickle_dup"].to_pylist()):
+        copies.setdefault(rid, []).append(dup)
+    inserted, deleted = [], []
+    for i, (rid, weight) in enumerate(zip(delta["__trickle_row_id"].to_pylist(), delta[WEIGHT].to_pylist())):
+        have = copies.get(rid, [])
+        if weight > 0:
+            inserted += [(i, max(have, default=0) + n) for n in range(1, weight + 1)]
+        else:
+            deleted += [(rid, dup) for dup in sorted(have, reverse=True)[:-weight]]
+    return sorted(inserted), sorted(deleted)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_bag_delta_is_paired_with_its_stored_copies_as_the_bag_merge_pairs_them(seed):
+    """``refresh/local_bag.resolved_bag_changes`` (vectorized) against the pairing written out
+    per content: random stored copies (numbers negative and positive, several per content),
+    contents gaining copies, losing some, all or more than are stored, and contents not stored."""
+    import random
+
+    from airflow_trickle.refresh.local_bag import resolved_bag_changes
+    from airflow_trickle.refresh.local_merge import ACTION, MATCHED_DUP, MATCHED_ID
+
+    rng = random.Random(seed)
+    stored_pairs = {(rid, dup) for rid in rng.sample(range(-20, 20), rng.randint(0, 12))
+                    for dup in rng.sample(range(-50, 50), rng.randint(1, 5))}
+    stored = pa.table({"__trickle_row_id": [r for r, _ in stored_pairs], "__trickle_dup": [d for _, d in stored_pairs]},
+                      schema=pa.schema([("__trickle_row_id", pa.int64()), ("__trickle_dup", pa.int64())]))
+    rids = rng.sample(range(-25, 25), rng.randint(0, 15))
+    delta = pa.table({"v": [rid * 10 for rid in rids], WEIGHT: [rng.choice([-6, -3, -2, -1, 1, 2, 4]) for _ in rids],
+                      "__trickle_row_id": rids},
+                     schema=pa.schema([("v", pa.int32()), (WEIGHT, pa.int64()), ("__trickle_row_id", pa.int64())]))
+    schema = pa.schema([("v", pa.int64()), ("__trickle_row_id", pa.int64()), ("__trickle_dup", pa.int32())])
+    rows = resolved_bag_changes(delta, stored, schema)
+    assert rows.schema.field("__trickle_dup").type == pa.int32() and rows.schema.field("v").type == pa.int64()
+    inserted = sorted((rids.index(r["__trickle_row_id"]), r["__trickle_dup"]) for r in rows.to_pylist() if r[ACTION] == "I")
+    deleted = sorted((r[MATCHED_ID], r[MATCHED_DUP]) for r in rows.to_pylist() if r[ACTION] == "D")
+    assert (inserted, deleted) == _bag_pairing_by_hand(delta, stored)
+    assert all(r["v"] == r["__trickle_row_id"] * 10 for r in rows.to_pylist() if r[ACTION] == "I")

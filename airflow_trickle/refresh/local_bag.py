@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -53,19 +54,29 @@ def resolved_bag_changes(delta: pa.Table, stored: pa.Table, schema: pa.Schema) -
     [('D', None, None, 11, 5), ('D', None, None, 11, 2), ('I', 2, -6, None, None), ('I', 2, -5, None, None),
      ('I', 3, 1, None, None)]
     """
-    copies: dict[int, list[int]] = {}
-    for rid, dup in zip(stored[ROW_ID].to_pylist(), stored[DUP].to_pylist()):
-        copies.setdefault(rid, []).append(dup)
-    deletes: list[tuple[int, int]] = []
-    inserts: list[tuple[int, int]] = []
-    for i, (rid, weight) in enumerate(zip(delta[ROW_ID].to_pylist(), delta[W].to_pylist())):
-        have = copies.get(rid, [])
-        if weight > 0:
-            highest = max(have, default=0)
-            inserts.extend((i, highest + n) for n in range(1, weight + 1))
-        else:
-            deletes.extend((rid, dup) for dup in sorted(have, reverse=True)[:-weight])
-    return resolved_rows(delta, inserts, deletes, schema)
+    stored_ids, stored_dups = (stored[c].combine_chunks().to_numpy(zero_copy_only=False) for c in (ROW_ID, DUP))
+    order = np.lexsort((-stored_dups, stored_ids))  # by content, then copy number from the highest
+    stored_ids, stored_dups = stored_ids[order], stored_dups[order]
+    starts = np.flatnonzero(np.r_[True, stored_ids[1:] != stored_ids[:-1]]) if len(order) else np.zeros(0, np.int64)
+    counts = np.diff(np.r_[starts, len(order)])
+    contents, highest = stored_ids[starts], stored_dups[starts]
+    rank = np.arange(len(order)) - np.repeat(starts, counts)  # 0 for a content's highest copy
+    ids, weights = (delta[c].combine_chunks().to_numpy(zero_copy_only=False) for c in (ROW_ID, W))
+    if not len(contents):  # nothing stored of these contents: copies numbered from 1
+        contents, highest = np.zeros(1, stored_ids.dtype), np.zeros(1, stored_dups.dtype)
+        counts = np.zeros(1, np.int64)
+    at = np.searchsorted(contents, ids).clip(max=len(contents) - 1)
+    found = (contents[at] == ids) & (counts[at] > 0)
+    gaining = np.flatnonzero(weights > 0)
+    gained = weights[gaining]
+    firsts = np.where(found[gaining], highest[at[gaining]], 0)  # copies follow the highest (or 0)
+    numbers = np.repeat(firsts, gained) + np.arange(gained.sum()) - np.repeat(np.cumsum(gained) - gained, gained) + 1
+    losing = np.flatnonzero((weights < 0) & found)
+    lost = np.zeros(len(contents), np.int64)
+    lost[at[losing]] = -weights[losing]
+    deleting = rank < np.repeat(lost, counts)  # each losing content's highest-numbered copies
+    return resolved_rows(delta, (np.repeat(gaining, gained), numbers),
+                         (stored_ids[deleting], stored_dups[deleting]), schema)
 
 
 @dataclass(frozen=True)

@@ -518,31 +518,26 @@ def _merge(table, changes, identity: str, quoted: dict, metadata: dict, txn_app_
             .execute())
 
 
-def resolved_rows(rows, inserts: list[tuple[int, int]], deletes: list[tuple[int, int]], schema):
+def resolved_rows(rows, inserted: tuple, deleted: tuple, schema):
     """Resolved changes (this module's rows: each stored column, the action, the matched row's
-    identity) decided in this process: ``deletes`` are stored identities ``(row id, copy)``,
-    ``inserts`` are ``(row of rows, copy number)`` -- the copy's values are that row's (its
-    ``__trickle_row_id`` included), cast to the stored ``schema``'s types.
+    identity) decided in this process: ``deleted`` holds the stored identities ``(row ids,
+    copies)``, ``inserted`` the copies ``(rows of rows, copy numbers)`` -- a copy's values are
+    that row's (its ``__trickle_row_id`` included), cast to the stored ``schema``'s types.
 
     >>> schema = pa.schema([("v", pa.int64()), (ROW_ID, pa.int64()), (DUP, pa.int64())])
-    >>> rows = resolved_rows(pa.table({"v": [7], ROW_ID: [70]}), [(0, 3)], [(11, 2)], schema).to_pylist()
+    >>> rows = resolved_rows(pa.table({"v": [7], ROW_ID: [70]}), ([0], [3]), ([11], [2]), schema).to_pylist()
     >>> [(r[ACTION], r["v"], r[ROW_ID], r[DUP], r[MATCHED_ID], r[MATCHED_DUP]) for r in rows]
     [('D', None, None, None, 11, 2), ('I', 7, 70, 3, None, None)]
     """
-    picked = pa.array([i for i, _ in inserts], pa.int64())
+    picked, copies = (pa.array(values, pa.int64()) for values in inserted)
+    deleted = [pa.array(values, pa.int64()) for values in deleted]
+    n_deleted, n_inserted = len(deleted[0]), len(picked)
 
     def column(values, kind):
-        return pa.chunked_array([pa.nulls(len(deletes), kind), values.cast(kind)], kind)
+        return pa.chunked_array([pa.nulls(n_deleted, kind), values.cast(kind)], kind)
 
-    columns = []
-    for field in schema:
-        if field.name == DUP:
-            columns.append(column(pa.array([dup for _, dup in inserts], pa.int64()), field.type))
-        else:
-            columns.append(column(rows[field.name].take(picked), field.type))
-    identity = [([rid for rid, _ in deletes], schema.field(ROW_ID).type),
-                ([dup for _, dup in deletes], schema.field(DUP).type)]
-    columns.append(pa.chunked_array([pa.array(["D"] * len(deletes) + ["I"] * len(inserts), pa.string())]))
-    for values, kind in identity:
-        columns.append(pa.chunked_array([pa.array(values, pa.int64()).cast(kind), pa.nulls(len(inserts), kind)], kind))
+    columns = [column(copies if field.name == DUP else rows[field.name].take(picked), field.type) for field in schema]
+    columns.append(pa.chunked_array([pa.array(["D"] * n_deleted + ["I"] * n_inserted, pa.string())]))
+    for values, kind in zip(deleted, (schema.field(ROW_ID).type, schema.field(DUP).type)):
+        columns.append(pa.chunked_array([values.cast(kind), pa.nulls(n_inserted, kind)], kind))
     return pa.Table.from_arrays(columns, names=[field.name for field in schema] + [ACTION, MATCHED_ID, MATCHED_DUP])

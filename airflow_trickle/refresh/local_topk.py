@@ -172,7 +172,8 @@ def resolved_top_k_changes(top: pa.Table, stored: pa.Table, schema: pa.Schema) -
         highest = max(have, default=0)
         for n, i in enumerate(rows[len(have):], start=1):
             inserts.append((i, highest + n))
-    return resolved_rows(top, inserts, deletes, schema)
+    return resolved_rows(top, ([i for i, _ in inserts], [dup for _, dup in inserts]),
+                         ([rid for rid, _ in deletes], [dup for _, dup in deletes]), schema)
 
 
 @dataclass(frozen=True)

@@ -62,14 +62,13 @@ def resolved_bag_changes(delta: pa.Table, stored: pa.Table, schema: pa.Schema) -
     contents, highest = stored_ids[starts], stored_dups[starts]
     rank = np.arange(len(order)) - np.repeat(starts, counts)  # 0 for a content's highest copy
     ids, weights = (delta[c].combine_chunks().to_numpy(zero_copy_only=False) for c in (ROW_ID, W))
-    if not len(contents):  # nothing stored of these contents: copies numbered from 1
-        contents, highest = np.zeros(1, stored_ids.dtype), np.zeros(1, stored_dups.dtype)
-        counts = np.zeros(1, np.int64)
-    at = np.searchsorted(contents, ids).clip(max=len(contents) - 1)
-    found = (contents[at] == ids) & (counts[at] > 0)
+    at = np.searchsorted(contents, ids)  # a stored content's place among them, where found
+    found = at < len(contents)
+    found[found] = contents[at[found]] == ids[found]
     gaining = np.flatnonzero(weights > 0)
     gained = weights[gaining]
-    firsts = np.where(found[gaining], highest[at[gaining]], 0)  # copies follow the highest (or 0)
+    firsts = np.zeros(len(gaining), np.int64)  # copies follow the highest stored one (or 0)
+    firsts[found[gaining]] = highest[at[gaining][found[gaining]]]
     numbers = np.repeat(firsts, gained) + np.arange(gained.sum()) - np.repeat(np.cumsum(gained) - gained, gained) + 1
     losing = np.flatnonzero((weights < 0) & found)
     lost = np.zeros(len(contents), np.int64)
@@ -96,9 +95,8 @@ class LocalBag:
         if columns is None or stored_row_count(table) > local_merge.STORED_READ_MAX_ROWS:
             return None
         schema = pa.schema([pa.field(f.name, f.type) for f in pa.schema(table.schema().to_arrow())])
-        stored_columns = [name for name, _ in columns if name not in (ROW_ID, DUP)]
         typed = ", ".join(f"CAST(__h.`{name}` AS {kind}) AS `{name}`" for name, kind in columns
-                          if name in stored_columns)
+                          if name not in (ROW_ID, DUP))
         delta = at_most(self.spark.sql(hoist_nested_ctes(
             f"SELECT {typed}, __h.{W}, __h.{CONTENT_HASH} AS `{ROW_ID}` FROM ({self.hashed_sql}) AS __h")), self.max_rows)
         if delta is None or (pc.sum(pc.abs(delta[W])).as_py() or 0) > self.max_rows:

@@ -111,15 +111,16 @@ class Trickle:
 
     def create_stream_table(self, name: str, query: str, schedule: str | None = _UNSET,
                             refresh_mode: str | None = None, initialize: bool = True,
-                            options: dict | None = None) -> StreamTable:
+                            options: dict | None = None, owner: tuple[str, str | None] | None = None) -> StreamTable:
         """Validate, create the storage table, register it, and (``initialize``) populate it.
 
         Every check runs before anything is written; if a later step fails, everything it
         created is removed again, so a failed create leaves no table and no catalog row.
+        ``owner``: ``(project, project file)`` that declares it (``trickle apply`` sets it).
         """
         return lifecycle.create(self, name, query, schedule=self.config.default_schedule if schedule is _UNSET
                                 else schedule, refresh_mode=refresh_mode, initialize=initialize,
-                                options=options or {})
+                                options=options or {}, owner=owner)
 
     def drop_stream_table(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> None:
         """Drop the stream table, its storage and catalog rows.
@@ -215,17 +216,23 @@ class Trickle:
         return result
 
     def alter_stream_table(self, name: str, *, query: str = _UNSET, schedule: str | None = _UNSET,
-                           refresh_mode: str = _UNSET, status: str = _UNSET, options: dict | None = None) -> StreamTable:
+                           refresh_mode: str = _UNSET, status: str = _UNSET, options: dict | None = None,
+                           replace_options: bool = False, reinitialize_readers: bool = False,
+                           owner=_UNSET) -> StreamTable:
         """Change the defining query, schedule, refresh mode, status (ACTIVE resumes and clears the
-        error count) or options.
+        error count), options or owner.
 
         A new ``query`` is validated like a create (nothing changes if it is refused), then the
-        storage is rebuilt and repopulated; its output columns may change only while no other
-        stream table reads it.  With ``allow_circular``, a query may close a cycle of monotone
-        queries, which then refreshes to a fixpoint.
+        storage is rebuilt and repopulated in one commit; its output columns may change only while
+        no other stream table reads it, or, with ``reinitialize_readers``, where no reader uses a
+        removed column (the readers whose output changes reinitialize at their next refresh).
+        ``replace_options``: ``options`` are the table's options whole, not changes to them.
+        With ``allow_circular``, a query may close a cycle of monotone queries, which then
+        refreshes to a fixpoint.
         """
         return lifecycle.alter(self, name, query=query, schedule=schedule, refresh_mode=refresh_mode, status=status,
-                               options=options)
+                               options=options, replace_options=replace_options,
+                               reinitialize_readers=reinitialize_readers, owner=owner)
 
     # -- the catalog against the data ---------------------------------------------------------
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 
+from airflow_trickle.model import CdcMode, RefreshMode
+
 
 #: How a FULL refresh may write its rows (``TrickleConfig.full_refresh_write``).
 FULL_REFRESH_WRITES = ("auto", "merge", "overwrite")
@@ -107,6 +109,11 @@ class TrickleConfig:
         # ``${NAME}`` in a value is read from the environment here, so a project file or a
         # connection can name a credential without holding it
         self.storage_options = {k: os.path.expandvars(v) for k, v in normalize_options(self.storage_options).items()}
+        # a typo here would otherwise surface at the first refresh that reads the setting, or never
+        for kind, name in ((CdcMode, "cdc_mode"), (RefreshMode, "default_refresh_mode")):
+            if str(getattr(self, name)).strip().lower() not in {m.value.lower() for m in kind}:
+                raise ValueError(f"{name} must be one of {', '.join(repr(m.value) for m in kind)}, "
+                                 f"not {getattr(self, name)!r}")
         if str(self.full_refresh_write).lower() not in FULL_REFRESH_WRITES:
             raise ValueError(f"full_refresh_write must be one of {', '.join(map(repr, FULL_REFRESH_WRITES))}, "
                              f"not {self.full_refresh_write!r}")

@@ -106,7 +106,11 @@ def parse_schedule(text: str | None, *, stream_table: str | None = None) -> Sche
         if every <= timedelta(0):
             raise InvalidScheduleError(f"schedule {raw!r} must be longer than zero", stream_table=stream_table)
         return Schedule(text=raw, every=every)
-    if len(raw.split()) in (5, 6) or raw.startswith("@"):
+    if len(raw.split()) == 6:  # croniter reads a sixth field as seconds; Airflow's cron has five
+        raise InvalidScheduleError(f"cron expression {raw!r} has six fields", stream_table=stream_table,
+                                   hint="a cron expression has five fields: minute hour day-of-month month "
+                                        "day-of-week (no seconds), e.g. '0 9 * * *'")
+    if len(raw.split()) == 5 or raw.startswith("@"):
         if croniter.is_valid(raw):
             return Schedule(text=raw, cron=raw)
     raise InvalidScheduleError(

@@ -18,7 +18,9 @@ s3proxy server the example starts on 127.0.0.1 and stops at the end
 4. changes the sources again and triggers a manual run whose form asks for a FULL refresh of
    ``shop.order_lines`` and ``shop.top_customers``: those two refresh (top_customers although
    its upstream, not selected, is skipped), the others are skipped;
-5. tries a run for an unknown table (refused), then checks every stream table against its
+5. tries a run for an unknown table (refused), edits top_customers' query in (its copy of) the
+   project file and runs again: the plan task notes the change, the table's task ALTERs it in
+   place (no drop, no gap) before refreshing; then checks every stream table against its
    defining query at its frontier versions, prints what it holds, and stops the service and
    the API server -- with ``--serve``, only at Ctrl-C: the UI stays up to look at the runs.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,10 +80,14 @@ def start_spark(warehouse: str, how: str, spark_conf: dict[str, str] | None = No
 
 
 def prepare_airflow(warehouse: str, home: str) -> None:
-    """Environment for an embedded Airflow: SQLite metadata DB, this folder as the dags folder."""
+    """Environment for an embedded Airflow: SQLite metadata DB, a copy of this folder's DAG file
+    and project as the dags folder (the example edits its copy of the project)."""
+    dags = Path(home) / "dags"
+    shutil.copytree(HERE / "shop", dags / "shop", dirs_exist_ok=True)
+    shutil.copy(HERE / "trickle_shop.py", dags / "trickle_shop.py")
     os.environ.update({
         "AIRFLOW_HOME": home,
-        "AIRFLOW__CORE__DAGS_FOLDER": str(HERE),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "TRICKLE_WAREHOUSE": warehouse,
@@ -341,7 +348,8 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
 
     create_sources(tr)
     step("sources created")
-    dagbag = DagBag(dag_folder=str(HERE))
+    dags = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    dagbag = DagBag(dag_folder=str(dags))
     if dagbag.import_errors:
         print(dagbag.import_errors, file=sys.stderr)
         return 1
@@ -369,6 +377,13 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
     refused = refusal(bad, {"tables": ["shop.no_such_table"]})
     print(f"\n== a run for an unknown table: {refused or 'NOT refused'} ==")
 
+    before_edit = check_tables(tr)
+    # a pull request edits a query in the project file: the next run ALTERs it in place
+    project_file = dags / "shop" / "trickle.yaml"
+    project_file.write_text(project_file.read_text().replace("WHERE total >= 200", "WHERE total >= 100"))
+    runs.append(run_dag(DagBag(dag_folder=str(dags)).get_dag(DAG_ID),
+                        "the project file edited (top_customers: total >= 100): ALTERed in place"))
+
     events = asset_events()
     print(f"\n== {len(events)} asset events; the newest ==")
     for event in events[:4]:
@@ -382,11 +397,12 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
             print("  ", row)
         for alert in info["alerts"]:
             print("   ALERT:", alert)
-    print(f"\nthree DAG runs and the refusal in {time.monotonic() - started:.0f} s")
+    print(f"\nfour DAG runs and the refusal in {time.monotonic() - started:.0f} s")
     if report:
-        write_report(report, {"runs": runs, "refused": refused, "tables": tables, "asset_events": events})
+        write_report(report, {"runs": runs, "refused": refused, "tables": tables, "before_edit": before_edit,
+                              "asset_events": events})
     ok = all(r["state"].endswith("success") for r in runs) and refused and all(
-        t["matches_query"] for t in tables.values())
+        t["matches_query"] for t in [*tables.values(), *before_edit.values()])
     return 0 if ok else 1
 
 

@@ -46,7 +46,7 @@ def report(tmp_path_factory):
 
 
 def test_every_run_succeeds(report):
-    assert [r["state"] for r in report["runs"]] == ["success"] * 3
+    assert [r["state"] for r in report["runs"]] == ["success"] * 4
     assert report["returncode"] == 0
 
 
@@ -61,7 +61,7 @@ def test_manual_run_refreshes_only_the_selection_in_the_chosen_mode(report):
     manual = report["runs"][2]["tasks"]
     assert manual == {"plan": "success", "shop.order_lines": "success", "shop.top_customers": "success",
                       "shop.customer_totals": "skipped", "shop.atomic__region_report": "skipped"}
-    tables = report["tables"]
+    tables = report["before_edit"]  # the tables as the manual run left them
     # FULL as asked; order_lines saw the new order 9; customer_totals, not selected, did not refresh
     assert tables["shop.order_lines"]["last_actions"][:3] == ["FULL", "DIFFERENTIAL", "FULL"]
     assert tables["shop.top_customers"]["last_actions"][:3] == ["FULL", "DIFFERENTIAL", "FULL"]
@@ -74,24 +74,27 @@ def test_unknown_table_is_refused(report):
 
 
 def test_every_stream_table_equals_its_query_at_its_frontier(report):
-    assert {name: t["matches_query"] for name, t in report["tables"].items()} == dict.fromkeys(
-        ["shop.big_orders", "shop.customer_totals", "shop.order_lines", "shop.region_report", "shop.region_revenue",
-         "shop.top_customers"], True)
+    for tables in (report["before_edit"], report["tables"]):  # before and after the project file's edit
+        assert {name: t["matches_query"] for name, t in tables.items()} == dict.fromkeys(
+            ["shop.big_orders", "shop.customer_totals", "shop.order_lines", "shop.region_report",
+             "shop.region_revenue", "shop.top_customers"], True)
 
 
 def test_contents_after_the_differential_run(report):
-    revenue = {r["region"]: (r["orders"], Decimal(r["revenue"])) for r in report["tables"]["shop.region_revenue"]["rows"]}
+    tables = report["before_edit"]
+    revenue = {r["region"]: (r["orders"], Decimal(r["revenue"])) for r in tables["shop.region_revenue"]["rows"]}
     # order 8 has no customer (NULL) and joins nothing; Chen moved to 'west'; order 4 deleted
     assert revenue == {"north": (2, Decimal("55.50")), "south": (3, Decimal("1070.99")),
                        "west": (1, Decimal("400.00")), None: (1, Decimal("150.00"))}
-    report_rows = {(r["region"], r["big_order"]) for r in report["tables"]["shop.region_report"]["rows"]}
+    report_rows = {(r["region"], r["big_order"]) for r in tables["shop.region_report"]["rows"]}
     assert report_rows == {("south", 3), ("west", 7)}
-    top = {r["customer"] for r in report["tables"]["shop.top_customers"]["rows"]}
+    top = {r["customer"] for r in tables["shop.top_customers"]["rows"]}
     assert top == {"Brian", "Chen"}
 
 
 def test_refreshed_stream_tables_emit_asset_events_with_what_they_did(report):
-    events = report["asset_events"]
+    first_three = {run["run_id"] for run in report["runs"][:3]}
+    events = [e for e in report["asset_events"] if e["run"] in first_three]
     # one per stream table of each successful refresh task: 6 + 6 in the full runs, 2 in the manual one
     assert len(events) == 14
     assert sorted(e["asset"] for e in events if e["run"] == events[0]["run"]) == [
@@ -122,6 +125,24 @@ def test_each_task_notes_what_it_did_and_plan_notes_the_selection(report):
     assert manual["run_note"] == "manual run: shop.order_lines, shop.top_customers (mode FULL)"
     assert manual["notes"]["shop.customer_totals"] == "skipped: not selected in this manual run"
     assert manual["notes"]["shop.order_lines"].startswith("FULL +1 -0 rows in ")
+
+
+def test_a_query_edited_in_the_project_file_is_altered_in_place_by_the_next_run(report):
+    """The fourth run follows an edit of top_customers' query in the project file: the plan task
+    notes the plan, the table's task ALTERs it in place (no drop: its history goes on) and says so."""
+    edited = report["runs"][3]
+    assert edited["state"] == "success"
+    assert "alter     shop.top_customers: query" in edited["run_note"], edited["run_note"]
+    assert edited["notes"]["shop.top_customers"].startswith("ALTERED in place (query), then "), edited["notes"]
+    history = report["tables"]["shop.top_customers"]["refreshes"]
+    assert [h["initiated_by"] for h in history[:2]] == [history[0]["initiated_by"], "ALTER"], history
+    assert history[0]["initiated_by"].startswith("AIRFLOW trickle_shop/")  # the task's refresh, after the ALTER
+    assert history[-1]["initiated_by"] == "INITIAL", history  # the same table since it was created: no drop
+    assert report["tables"]["shop.top_customers"]["matches_query"]
+    # total >= 200 became >= 100: Dara's 150 counts now
+    top = {r["customer"] for r in report["tables"]["shop.top_customers"]["rows"]}
+    totals = {r["customer"]: Decimal(r["total"]) for r in report["tables"]["shop.customer_totals"]["rows"]}
+    assert top >= {"Brian", "Chen", "Dara"} and top == {c for c, total in totals.items() if total >= 100}
 
 
 def test_refresh_tasks_emit_openlineage_with_versions_and_column_lineage(report):

@@ -75,8 +75,10 @@ def test_refresh_task_refuses_bad_parameters_and_a_missing_spark_connection(tr, 
         task.execute(context("manual", tables=["db.nope"]))
     with pytest.raises(AirflowException, match="refused: 'mode' must be one of"):
         StreamTableSelectionOperator(task_id="plan", project=project).execute(context("manual", mode="SOMETIMES"))
-    assert StreamTableSelectionOperator(task_id="plan", project=project).execute(context("manual")) == {
-        "tables": [name], "mode": "AUTO", "forced": True}
+    selected = StreamTableSelectionOperator(task_id="plan", project=project).execute(context("manual"))
+    assert {k: selected[k] for k in ("tables", "mode", "forced")} == {"tables": [name], "mode": "AUTO", "forced": True}
+    # the table was made through the API: the project's plan claims it (its refresh task will)
+    assert [(t["name"], t["change"], t["claims"]) for t in selected["plan"]["tables"]] == [(name, "UNCHANGED", True)]
     # a typo in the REST API's conf is not a declared param, and must not mean "everything"
     typo = context("manual")
     typo["dag_run"].conf = {"table": [name], "mode": "FULL"}
@@ -85,6 +87,33 @@ def test_refresh_task_refuses_bad_parameters_and_a_missing_spark_connection(tr, 
     # FULL needs Spark: without a Spark connection the provider would fall back to YARN; we refuse
     with pytest.raises(AirflowException, match="Spark connection 'spark_local' is not defined.*AIRFLOW_CONN_SPARK_LOCAL"):
         task.execute(context("manual", tables=[name], mode="FULL"))
+
+
+def test_the_plan_task_notes_the_plan_stops_when_told_and_refuses_another_projects_table(tr, stream_table, db,
+                                                                                         monkeypatch):
+    from airflow_trickle.operators import notes
+    from airflow_trickle.operators.selection import StreamTableSelectionOperator
+
+    noted = []
+    monkeypatch.setattr(notes, "write_run_note", lambda conn_id, context, text: noted.append(text))
+    name, project = stream_table
+    tr.alter_stream_table(name, owner=("p", "/projects/p.yaml"))
+    edited = [{"name": name, "query": f"SELECT k, v FROM {db}.src WHERE k > 1", "schedule": "1m"}]
+    applying = define_project("p", warehouse=tr.warehouse, stream_tables=edited)
+    result = StreamTableSelectionOperator(task_id="plan", project=applying).execute(context())
+    assert noted[-1] == f"scheduled run: {name} (mode AUTO)\nproject p: 1 stream table, 0 unchanged\nalter     {name}: query"
+    assert result["plan"]["has_changes"] and result["plan"]["tables"][0]["changes"] == ["query"]
+    stopping = define_project("p", warehouse=tr.warehouse, stream_tables=edited, deploy={"on_change": "stop"})
+    with pytest.raises(AirflowException, match=r"(?s)deploy.on_change is 'stop'.*trickle apply`\n.*\nalter .*: query"):
+        StreamTableSelectionOperator(task_id="plan", project=stopping).execute(context())
+    # unchanged, the same project goes on with on_change: stop
+    unchanged = define_project("p", warehouse=tr.warehouse, deploy={"on_change": "stop"},
+                               stream_tables=[{"name": name, "query": f"SELECT k, v FROM {db}.src", "schedule": "1m"}])
+    assert not StreamTableSelectionOperator(task_id="plan", project=unchanged).execute(context())["plan"]["has_changes"]
+    rival = define_project("rival", warehouse=tr.warehouse, stream_tables=edited)
+    with pytest.raises(AirflowException, match=rf"refused: {name}: owned by project 'p' \(/projects/p.yaml\)"):
+        StreamTableSelectionOperator(task_id="plan", project=rival).execute(context())
+    assert tr.get(name).original_query == f"SELECT k, v FROM {db}.src"  # nothing was changed
 
 
 def test_sensor_and_deferrable_trigger_wait_for_data_beyond_the_frontier(tr, stream_table):

@@ -23,7 +23,7 @@ def _schemas():
             ("refresh_seq", pa.int64()), ("consecutive_errors", pa.int32()), ("needs_reinit", pa.bool_()),
             ("output_columns", pa.string()), ("location", pa.string()), ("storage", pa.string()),
             ("options", pa.string()), ("last_refresh_at", ts), ("created_at", ts), ("updated_at", ts),
-            ("definition_id", pa.string()),
+            ("definition_id", pa.string()), ("owner", pa.string()), ("owner_file", pa.string()),
         ]),
         "dependencies": pa.schema([
             ("st_name", pa.string()), ("source_name", pa.string()), ("source_type", pa.string()),
@@ -136,6 +136,11 @@ class StreamTable(_Row):
     #: rows with the same id are its edges (see ``CatalogStore.replace``).  None in catalogs
     #: written before the id existed, whose dependency rows have none either.
     definition_id: str | None = None
+    #: The project that declares it (``project/plan.py``): another project declaring the same
+    #: name is refused.  None: made through the API or CLI, or before projects owned tables.
+    owner: str | None = None
+    #: The project file of the owner, as its loader saw it (for the refusal's message).
+    owner_file: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, TableOptions):

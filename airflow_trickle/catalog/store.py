@@ -22,6 +22,12 @@ log = logging.getLogger(__name__)
 class CatalogStore(DeltaTables):
     """The catalog of one warehouse: ``<root>/stream_tables``, ``dependencies``, ``refresh_history``."""
 
+    def exists(self) -> bool:
+        """Whether the warehouse has a catalog yet (a read that would create none)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(self.path("stream_tables"), storage_options=self.storage_options)
+
     # -- stream tables ------------------------------------------------------------------------
 
     def get(self, name: str) -> StreamTable | None:

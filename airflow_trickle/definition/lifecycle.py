@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.catalog.model import utcnow
@@ -32,8 +33,10 @@ log = logging.getLogger(__name__)
 UNSET = object()
 
 
-def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bool, options: dict) -> StreamTable:
+def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bool, options: dict,
+           owner: tuple[str, str | None] | None = None) -> StreamTable:
     """Validate, create the storage table, register it, and (``initialize``) populate it.
+    ``owner``: the project (and its file) that declares it, registered in the same row.
 
     If a step after the storage table's creation fails, everything created is removed again, so
     a failed create leaves no table and no catalog row.
@@ -49,6 +52,7 @@ def create(env, name: str, query: str, *, schedule, refresh_mode, initialize: bo
                          stream_tables={st.name: st.output_columns for st in env.catalog.list()},
                          edges=[(d.source_name, d.st_name) for d in env.catalog.dependencies()])
     st = stream_table_row(definition, options)
+    st.owner, st.owner_file = owner or (None, None)
     clustering_columns(options.clustering, definition.output_columns, stream_table=st.name)  # refused before a write
     with lease_of(env, [st.name]):
         try:
@@ -172,9 +176,16 @@ def forget(env, name: str) -> None:
 
 
 def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, status=UNSET,
-          options: dict | None = None) -> StreamTable:
+          options: dict | None = None, replace_options: bool = False, reinitialize_readers: bool = False,
+          owner=UNSET) -> StreamTable:
     """Change the defining query, schedule, refresh mode, status (ACTIVE resumes and clears the
-    error count) or options.  Every value is checked before anything changes."""
+    error count), options or owner.  Every value is checked before anything changes.
+
+    ``replace_options``: ``options`` are the table's options whole (unset what they leave out),
+    not changes to them.  ``reinitialize_readers``: a new query may change the output columns
+    while other stream tables read it; a reader whose output that changes reinitializes at its
+    next refresh (one that uses a removed column is still refused).  ``owner``: ``(project,
+    file)`` or None (``project/apply.py``)."""
     qualified = qualify_name(name)
     st = env.get(qualified)
     # Every value that needs no Spark is checked before the query (the one step that writes
@@ -189,13 +200,25 @@ def alter(env, name: str, *, query=UNSET, schedule=UNSET, refresh_mode=UNSET, st
     if options.cluster_by is not None and query is UNSET:  # a new query's columns are checked with it
         clustering_columns(options.cluster_by, _typed_columns(env, st), stream_table=qualified)
     with lease_of(env, [qualified]):
-        return _alter(env, st, qualified, query, schedule, new_mode, status, options)
+        return _alter(env, st, qualified, query, schedule, new_mode, status, options,
+                      _AlterHow(replace_options, reinitialize_readers, owner))
 
 
-def _alter(env, st: StreamTable, qualified: str, query, schedule, new_mode, status, options) -> StreamTable:
+@dataclass(frozen=True)
+class _AlterHow:
+    """How an ALTER treats options, readers and the owner (see :func:`alter`)."""
+
+    replace_options: bool
+    reinitialize_readers: bool
+    owner: object
+
+
+def _alter(env, st: StreamTable, qualified: str, query, schedule, new_mode, status, options,
+           how: _AlterHow) -> StreamTable:
     clustered_by = st.options.clustering
     if query is not UNSET:
-        st = replace_query(env, st, query, new_mode, options)
+        st = replace_query(env, st, query, new_mode, options, replace_options=how.replace_options,
+                           reinitialize_readers=how.reinitialize_readers)
         new_mode = None  # the new query's row already carries the mode
     if options.cluster_by is not None and options.cluster_by != clustered_by:
         from airflow_trickle.storage.tables import alter_clustering_sql
@@ -220,11 +243,13 @@ def _alter(env, st: StreamTable, qualified: str, query, schedule, new_mode, stat
             row.status = status
             if status == Status.ACTIVE:
                 row.consecutive_errors = 0
-        if options:
-            row.options = row.options.merged(options)
+        if options or how.replace_options:
+            row.options = options if how.replace_options else row.options.merged(options)
+        if how.owner is not UNSET:
+            row.owner, row.owner_file = how.owner or (None, None)
 
     altered = env.catalog.update(qualified, change)
-    if schedule is not UNSET or new_mode is not None or options:
+    if schedule is not UNSET or new_mode is not None or options or how.replace_options:
         record_definition(env, qualified)
     return altered
 
@@ -237,32 +262,49 @@ def _typed_columns(env, st: StreamTable) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in env.read(st.name).schema.fields]
 
 
-def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None,
-                  options: TableOptions | None = None) -> StreamTable:
-    """Validate ``query`` like a create (nothing changes if it is refused), then replace the
-    stored rows with the new query's in one commit (see :func:`install`).  The output columns
-    may change only while nothing reads it.  ``options``: those the same ALTER sets (the new
-    clustering is checked against the new query's columns and made by the replace)."""
+def replacement(env, st: StreamTable, query: str, refresh_mode: str | None = None) -> Definition:
+    """The definition ``query`` would give ``st``, validated like a create; nothing is written."""
     env.sync()
     tables = env.catalog.list()
-    dependencies = env.catalog.dependencies()
-    definition = analyze(
+    return analyze(
         env.spark, name=st.name, query=query, schedule=st.schedule, refresh_mode=refresh_mode or st.refresh_mode,
         stream_tables={t.name: t.output_columns for t in tables},
-        edges=[(d.source_name, d.st_name) for d in dependencies if d.st_name != st.name],
+        edges=[(d.source_name, d.st_name) for d in env.catalog.dependencies() if d.st_name != st.name],
         replacing=st.name, allow_circular=env.config.allow_circular,
         queries={t.name: t.defining_query for t in tables})
+
+
+def stored_output_columns(env, st: StreamTable) -> list[tuple[str, str]]:
+    """The visible columns of ``st``'s storage table and their Spark types."""
+    return [(f.name, f.dataType.simpleString()) for f in env.read(st.name).schema.fields]
+
+
+def replace_query(env, st: StreamTable, query: str, refresh_mode: str | None,
+                  options: TableOptions | None = None, *, replace_options: bool = False,
+                  reinitialize_readers: bool = False) -> StreamTable:
+    """Validate ``query`` like a create (nothing changes if it is refused), then replace the
+    stored rows with the new query's in one commit (see :func:`install`).  The output columns
+    may change only while nothing reads it, or (``reinitialize_readers``) where no reader uses a
+    column the change removes.  ``options``: those the same ALTER sets (the new clustering is
+    checked against the new query's columns and made by the replace)."""
+    definition = replacement(env, st, query, refresh_mode)
+    dependencies = env.catalog.dependencies()
     readers = sorted({d.st_name for d in dependencies if d.source_name == st.name})
-    stored = [(f.name, f.dataType.simpleString()) for f in env.read(st.name).schema.fields]
+    stored = stored_output_columns(env, st)
     if readers and stored != definition.output_columns:
-        raise DefinitionError(
-            f"the new query changes the output columns ({stored} -> {definition.output_columns}) "
-            f"while {', '.join(readers)} read{'s' if len(readers) == 1 else ''} it", stream_table=st.name,
-            hint="keep the columns, or drop the readers first")
-    new_options = st.options.merged(options) if options else st.options
+        kept = {c for c, _ in definition.output_columns}
+        broken = sorted({d.st_name for d in dependencies if d.source_name == st.name
+                         and any(c not in kept for c in d.columns_used or [])})
+        if not reinitialize_readers or broken:
+            raise DefinitionError(
+                f"the new query changes the output columns ({stored} -> {definition.output_columns}) "
+                f"while {', '.join(broken or readers)} read{'s' if len(broken or readers) == 1 else ''} it",
+                stream_table=st.name, hint="keep the columns, or drop the readers first")
+    new_options = (options if replace_options else st.options.merged(options)) if options is not None else st.options
     clustering_columns(new_options.clustering, definition.output_columns, stream_table=st.name)
     new = stream_table_row(definition, new_options)
     new.st_id, new.refresh_seq, new.created_at = st.st_id, st.refresh_seq, st.created_at
+    new.owner, new.owner_file = st.owner, st.owner_file
     # what is stored is still the old query's rows at the old frontier, until the refresh below
     new.is_populated, new.frontier, new.data_timestamp = st.is_populated, dict(st.frontier), st.data_timestamp
     new.output_columns = list(st.output_columns)

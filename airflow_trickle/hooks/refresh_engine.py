@@ -180,6 +180,24 @@ class StreamTableEngineHook(BaseHook):
         finally:
             tr.close()
 
+    def drop(self, names: list[str]) -> None:
+        """Drop ``names`` (stream tables a project no longer declares, with ``deploy.prune``),
+        readers first; a name already gone is skipped."""
+        from airflow_trickle.errors import TrickleError
+        from airflow_trickle.jobs.refresh_job import drop
+
+        self.log.info("dropping %s: the project file no longer declares them (prune)", ", ".join(names))
+        if self.submits():
+            self.submit(["--spec", json.dumps(self.project.to_job_spec([])), "--tables", ",".join(names), "--drop"])
+            return
+        tr = self.connect()
+        try:
+            drop(tr, names)
+        except TrickleError as err:
+            raise AirflowException(str(err)) from None
+        finally:
+            tr.close()
+
     def _trickle(self):
         from airflow_trickle.hooks.trickle import TrickleHook
 
@@ -212,6 +230,8 @@ def _submitted_outcome(hook, name: str, started) -> dict:
         record = records[0]
         outcome.update(action=record.action, status=record.status, rows_inserted=record.rows_inserted,
                        rows_deleted=record.rows_deleted, refresh_id=record.refresh_id, seq=record.seq)
+    if any(r.initiated_by == "ALTER" for r in records):  # the job applied a changed query first
+        outcome["altered"] = "query"
     return outcome
 
 

@@ -18,10 +18,10 @@ import argparse
 import json
 import sys
 
-from airflow_trickle.errors import DefinitionError, TrickleError
+from airflow_trickle.errors import TrickleError
 from airflow_trickle.model import RunMode
-from airflow_trickle.options import TableOptions
 from airflow_trickle.project import StreamTableSpec
+from airflow_trickle.project.apply import Applied, apply_table
 
 RESULT_PREFIX = "TRICKLE_RESULT "
 
@@ -36,6 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="JSON {members, convergence_points} of the atomic group the tables belong to")
     parser.add_argument("--maintain", action="store_true",
                         help="OPTIMIZE and VACUUM the tables (and compact the catalog) instead of refreshing them")
+    parser.add_argument("--drop", action="store_true",
+                        help="drop the tables (a project's removed tables, with prune) instead of refreshing them")
     parser.add_argument("--retention-hours", type=float, default=None, help="with --maintain: the VACUUM retention")
     return parser.parse_args(argv)
 
@@ -47,33 +49,15 @@ def _run_mode(text: str) -> RunMode:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def ensure_stream_table(tr, spec: StreamTableSpec) -> bool:
-    """Create ``spec``'s stream table when the catalog lacks it; align schedule and options.
-
-    Returns True when it was created (and therefore already populated by its initial refresh).
-    A project whose query or refresh mode differs from the registered stream table is refused:
-    changing a defining query in place is not supported, and silently keeping the old one
-    would serve data that does not match the project.
+def ensure_stream_table(tr, spec: StreamTableSpec, job: dict | None = None) -> Applied | None:
+    """Bring ``spec``'s stream table in line with the project before refreshing it: create it
+    when the catalog lacks it, ALTER it in place when the project file changed it
+    (:func:`~airflow_trickle.project.apply.apply_table`).  ``job``: the job spec (the owning
+    project, its file, ``on_change``).  What was done, or None when nothing differed.
     """
-    current = tr.catalog.get(spec.name)
-    options = spec.options()
-    if current is None:
-        tr.create_stream_table(spec.name, spec.query, schedule=spec.schedule, refresh_mode=spec.refresh_mode,
-                               options=options)
-        return True
-    if current.original_query.strip() != spec.query.strip() or current.refresh_mode != spec.refresh_mode:
-        what = "defining query" if current.original_query.strip() != spec.query.strip() else "refresh mode"
-        raise DefinitionError(
-            f"the project's {what} differs from the registered stream table's",
-            stream_table=spec.name,
-            hint=f"changing it in place is not supported: run `trickle drop {spec.name} --cascade` "
-                 "and the next run recreates it from the project")
-    if current.options.clustering and not spec.cluster_by:  # taken out of the project: turned off
-        options["cluster_by"] = []
-    wanted = current.options.merged(TableOptions.parse(options, stream_table=spec.name))
-    if current.schedule != spec.schedule or wanted != current.options:
-        tr.alter_stream_table(spec.name, schedule=spec.schedule, options=options)
-    return False
+    job = job or {}
+    return apply_table(tr, spec, owner=(job.get("project") or "", job.get("file")),
+                       on_change=job.get("on_change", "apply"))
 
 
 def run(tr, spec: dict, tables: list[str], *, mode: RunMode, initiated_by: str, group: dict | None = None) -> list[dict]:
@@ -87,7 +71,8 @@ def run(tr, spec: dict, tables: list[str], *, mode: RunMode, initiated_by: str, 
     if unknown:
         raise TrickleError(f"not part of project {spec['project']!r}", stream_table=unknown[0])
     if group is not None:
-        created = {name: _created(tr, name) for name in tables if ensure_stream_table(tr, specs[name])}
+        applied = {name: ensure_stream_table(tr, specs[name], spec) for name in tables}
+        created = {name: _created(tr, name) for name, done in applied.items() if _was_created(done)}
         result = tr.refresh_group(tables, group=group["members"], convergence_points=group["convergence_points"],
                                   mode=mode.requested, initiated_by=initiated_by)
         outcomes = []
@@ -96,22 +81,31 @@ def run(tr, spec: dict, tables: list[str], *, mode: RunMode, initiated_by: str, 
             outcome = (created[r.name] if r.name in created and r.action == "NO_DATA" else
                        {"name": r.name, "action": r.action, "status": r.status, "rows_inserted": r.rows_inserted,
                         "rows_deleted": r.rows_deleted, "reason": r.reason})
-            outcomes.append({**outcome, "group_epoch": result.epoch})
+            outcomes.append({**outcome, **_altered(applied.get(r.name)), "group_epoch": result.epoch})
             print(RESULT_PREFIX + json.dumps(outcomes[-1]), flush=True)
         return outcomes
     outcomes = []
     for name in tables:
-        created = ensure_stream_table(tr, specs[name])
-        if created and mode == RunMode.AUTO:
+        applied = ensure_stream_table(tr, specs[name], spec)
+        if _was_created(applied) and mode == RunMode.AUTO:
             outcome = _created(tr, name)
         else:
             result = tr.refresh_stream_table(name, mode.requested, initiated_by=initiated_by)
             outcome = {"name": name, "action": result.action, "status": result.status,
                        "rows_inserted": result.rows_inserted, "rows_deleted": result.rows_deleted,
-                       "reason": result.reason}
+                       "reason": result.reason, **_altered(applied)}
         print(RESULT_PREFIX + json.dumps(outcome), flush=True)
         outcomes.append(outcome)
     return outcomes
+
+
+def _was_created(applied: Applied | None) -> bool:
+    return applied is not None and applied.done == "CREATED"
+
+
+def _altered(applied: Applied | None) -> dict:
+    """``{"altered": "query, schedule 5m -> 1m"}`` when the project file's change was applied first."""
+    return {"altered": applied.detail} if applied is not None and applied.done == "ALTERED" else {}
 
 
 def _created(tr, name: str) -> dict:
@@ -136,6 +130,13 @@ def maintain(tr, tables: list[str], *, retention_hours: float | None = None) -> 
     return outcomes
 
 
+def drop(tr, tables: list[str]) -> None:
+    """Drop ``tables`` in the order given (readers first); one gone already is skipped."""
+    for name in tables:
+        tr.drop_stream_table(name, if_exists=True)
+        print(RESULT_PREFIX + json.dumps({"name": name, "action": "DROPPED", "status": "COMPLETED"}), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     spec = json.loads(args.spec)
@@ -152,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     tr = Trickle(spec["warehouse"], spark=spark, config=config)
     try:
         tr.sync()
-        if args.maintain:
+        if args.drop:
+            drop(tr, tables)
+        elif args.maintain:
             maintain(tr, tables, retention_hours=args.retention_hours)
         else:
             run(tr, spec, tables, mode=args.mode, initiated_by=args.initiated_by,

@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_trickle.model import RunMode
 from airflow_trickle.project import Project, RefreshUnit, load_project
+from airflow_trickle.project.plan import Change, compared
 
 
 class StreamTableRefreshOperator(BaseOperator):
@@ -128,7 +129,12 @@ class StreamTableRefreshOperator(BaseOperator):
         tag = _initiated_by(context)
         rows = {m: hook.catalog.get(m) for m in members}
         now = utcnow()
-        if not selection.forced and self.check_schedule:
+        # a table the project file changed is ALTERed in place by this run, due or not
+        edited = {m for m, row in rows.items() if row is not None
+                  and compared(project.stream_tables[m], row).change == Change.ALTER}
+        if edited:
+            self.log.info("the project file changes %s: applied before the refresh", ", ".join(sorted(edited)))
+        if not selection.forced and self.check_schedule and not edited:
             due, why = is_due(project, unit, {m: r.last_refresh_at if r else None for m, r in rows.items()}, now,
                               tolerance=self._tolerance())
             self.log.info("%s: %s", "+".join(members), why)
@@ -139,8 +145,8 @@ class StreamTableRefreshOperator(BaseOperator):
         outcomes: dict[str, dict] = {}
         needing: list[str] = []
         for position, name in enumerate(members):
-            cheap = None if (selection.mode != RunMode.AUTO or rows[name] is None) else hook.refresh_cheaply(
-                name, initiated_by=tag)
+            spark_needed = selection.mode != RunMode.AUTO or rows[name] is None or name in edited
+            cheap = None if spark_needed else hook.refresh_cheaply(name, initiated_by=tag)
             if cheap is None:
                 needing = members[position:]
                 break
@@ -203,10 +209,13 @@ def summary(outcomes: dict[str, dict]) -> str:
     >>> summary({"s.a": {"action": "DIFFERENTIAL", "status": "COMPLETED", "rows_inserted": 12, "rows_deleted": 3},
     ...          "s.b": {"action": "NO_DATA", "status": "COMPLETED", "reason": "no source changed"}})
     'refreshed s.a: DIFFERENTIAL +12 -3 rows; s.b: NO_DATA (no source changed)'
+    >>> summary({"s.a": {"action": "NO_DATA", "altered": "query", "reason": "no source has a new version"}})
+    'refreshed s.a: ALTERED in place (query), then NO_DATA (no source has a new version)'
     """
     parts = []
     for name, outcome in outcomes.items():
-        text = f"{name}: {outcome.get('action', '?')}"
+        altered = f"ALTERED in place ({outcome['altered']}), then " if outcome.get("altered") else ""
+        text = f"{name}: {altered}{outcome.get('action', '?')}"
         if outcome.get("rows_inserted") is not None or outcome.get("rows_deleted") is not None:
             text += f" +{outcome.get('rows_inserted') or 0} -{outcome.get('rows_deleted') or 0} rows"
         elif outcome.get("reason"):

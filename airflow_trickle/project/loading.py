@@ -7,7 +7,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_trickle.config import TrickleConfig
 from airflow_trickle.definition.analysis import check_static
 from airflow_trickle.errors import CycleError, ProjectError, ProjectErrors, TrickleError, UnknownSourceError
 from airflow_trickle.errors import UnsupportedConstructError
@@ -16,10 +15,9 @@ from airflow_trickle.graph import topological_order
 from airflow_trickle.model import RefreshMode
 from airflow_trickle.names import qualify_name
 from airflow_trickle.options import TableOptions
-from airflow_trickle.project.model import (_AIRFLOW_KEYS, _DEFAULT_KEYS, _ON_COMMIT_KEYS, _PROJECT_KEYS,
-                                            _SPARK_KEYS, _TABLE_KEYS, DEFAULT_FRESHNESS_FACTOR, DIAMOND_CONSISTENCY,
-                                            DIAMOND_SCHEDULE_POLICIES, AirflowSettings, Project, RefreshUnit,
-                                            SparkSettings, StreamTableSpec)
+from airflow_trickle.project.file_model import checked_entry, checked_sections
+from airflow_trickle.project.model import (DEFAULT_FRESHNESS_FACTOR, AirflowSettings, DeploySettings, Project,
+                                           RefreshUnit, SparkSettings, StreamTableSpec)
 from airflow_trickle.schedule import parse_schedule
 from airflow_trickle.sql.parse import nondeterministic_calls, source_names
 
@@ -37,7 +35,7 @@ def load_project(path: str | os.PathLike) -> Project:
         raise ProjectError(f"project file {str(file)!r} is not valid YAML: {err}") from None
     if not isinstance(data, dict):
         raise ProjectError(f"project file {str(file)!r} must hold a mapping with 'project' and 'stream_tables'")
-    return project_from_dict(data, base_dir=file.parent)
+    return project_from_dict(data, base_dir=file.parent, file=str(file.resolve()))
 
 
 def define_project(project: str, *, stream_tables: list[dict], base_dir: str | os.PathLike | None = None,
@@ -47,27 +45,25 @@ def define_project(project: str, *, stream_tables: list[dict], base_dir: str | o
                              base_dir=Path(base_dir) if base_dir else Path.cwd())
 
 
-def project_from_dict(data: dict, *, base_dir: Path) -> Project:
-    """Validate a project given as a mapping; every error names the stream table and the cause."""
-    _check_keys(data, _PROJECT_KEYS, "project")
-    name = data.get("project")
-    if not isinstance(name, str) or not name.strip():
+def project_from_dict(data: dict, *, base_dir: Path, file: str | None = None) -> Project:
+    """Validate a project given as a mapping; every error names the stream table and the cause.
+    ``file``: the project file it was read from (recorded as its tables' owner)."""
+    if not isinstance(data.get("project"), str) or not data["project"].strip():
         raise ProjectError("a project needs a name: set 'project: <name>'")
-    name = name.strip()
+    data = checked_sections(data)  # the shape of every section: keys, types, choices
+    name = data["project"].strip()
     warehouse = _warehouse(data.get("warehouse"), base_dir, name)
-    defaults = _mapping(data.get("defaults"), "defaults")
-    _check_keys(defaults, _DEFAULT_KEYS, "defaults")
-    settings = _settings(_mapping(data.get("settings"), "settings"))
-    spark = _spark_settings(_mapping(data.get("spark"), "spark"))
-    airflow = _airflow_settings(_mapping(data.get("airflow"), "airflow"), name)
+    settings = _settings(data.get("settings") or {}, name)
+    # a table's defaults: the project's, else the engine settings' (which default to 1m, DIFFERENTIAL)
+    defaults = {"schedule": settings.get("default_schedule", "1m"),
+                "refresh_mode": settings.get("default_refresh_mode", RefreshMode.DIFFERENTIAL.value),
+                **(data.get("defaults") or {})}
+    spark = _spark_settings(data.get("spark") or {})
+    airflow = _airflow_settings(data.get("airflow") or {}, name)
     declared = data.get("sources")
     if declared is not None:
-        if not isinstance(declared, list) or not all(isinstance(s, str) for s in declared):
-            raise ProjectError(f"project {name!r}: 'sources' must be a list of table names")
         declared = tuple(sorted({qualify_name(s) for s in declared}))
-    entries = data.get("stream_tables")
-    if not isinstance(entries, list) or not entries:
-        raise ProjectError(f"project {name!r}: 'stream_tables' must be a non-empty list")
+    entries = data["stream_tables"]
 
     specs: dict[str, StreamTableSpec] = {}
     problems: list[TrickleError] = []  # every stream table's, reported together
@@ -103,24 +99,20 @@ def project_from_dict(data: dict, *, base_dir: Path) -> Project:
         units.append(RefreshUnit(tuple(group.members), tuple(group.convergence_points),
                                  "slowest" if policies == {"slowest"} else "fastest"))
     factor = defaults.get("freshness_factor", DEFAULT_FRESHNESS_FACTOR)
-    if not isinstance(factor, (int, float)) or factor <= 0:
-        raise ProjectError(f"project {name!r}: defaults.freshness_factor must be a positive number, not {factor!r}")
     project = Project(name=name, warehouse=warehouse, stream_tables=specs, declared_sources=declared,
                       settings=settings, spark=spark, airflow=airflow, freshness_factor=factor, graph=graph,
-                      periods=periods, units=units)
+                      periods=periods, units=units, deploy=DeploySettings(**(data.get("deploy") or {})), file=file)
     tick = project.tick()
     if tick:
         parse_schedule(tick, stream_table=None)  # a bad airflow.schedule fails at load, not in Airflow
     return project
 
 
-def _stream_table(entry: Any, index: int, defaults: dict, base_dir: Path) -> StreamTableSpec:
-    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
+def _stream_table(entry, index: int, defaults: dict, base_dir: Path) -> StreamTableSpec:
+    entry = checked_entry(entry, index)
+    if not entry["name"].strip():
         raise ProjectError(f"stream_tables[{index}] needs a 'name'")
     label = entry["name"]
-    unknown = set(entry) - _TABLE_KEYS
-    if unknown:
-        raise ProjectError(f"unknown key(s) {sorted(unknown)}; known keys: {sorted(_TABLE_KEYS)}", stream_table=label)
     query = entry.get("query")
     if entry.get("query_file"):
         if query:
@@ -132,9 +124,9 @@ def _stream_table(entry: Any, index: int, defaults: dict, base_dir: Path) -> Str
             raise ProjectError(f"cannot read query_file {str(path)!r}: {err.strerror}", stream_table=label) from None
     if not isinstance(query, str) or not query.strip():
         raise ProjectError("needs a 'query' (SQL text) or a 'query_file'", stream_table=label)
-    schedule = entry["schedule"] if "schedule" in entry else defaults.get("schedule", "1m")
+    schedule = entry["schedule"] if "schedule" in entry else defaults["schedule"]
     schedule = None if schedule is None or str(schedule).strip() == "" else str(schedule)
-    mode = entry.get("refresh_mode", defaults.get("refresh_mode", "DIFFERENTIAL"))
+    mode = entry.get("refresh_mode") or defaults["refresh_mode"]
     qualified, ast, _, mode = check_static(label, query, schedule, mode)
     if mode == RefreshMode.DIFFERENTIAL:
         for fn in nondeterministic_calls(ast):
@@ -142,8 +134,8 @@ def _stream_table(entry: Any, index: int, defaults: dict, base_dir: Path) -> Str
                 f"cannot be maintained in DIFFERENTIAL mode: non-deterministic function {fn}()",
                 construct=f"{fn}()", stream_table=qualified,
                 hint="use refresh_mode FULL (recompute each refresh) or AUTO")
-    consistency = _choice(entry, defaults, "diamond_consistency", DIAMOND_CONSISTENCY, "none", qualified)
-    policy = _choice(entry, defaults, "diamond_schedule_policy", DIAMOND_SCHEDULE_POLICIES, "fastest", qualified)
+    consistency = entry.get("diamond_consistency") or defaults.get("diamond_consistency") or "none"
+    policy = entry.get("diamond_schedule_policy") or defaults.get("diamond_schedule_policy") or "fastest"
     freshness = None
     if entry.get("freshness") not in (None, ""):
         parsed = parse_schedule(str(entry["freshness"]), stream_table=qualified)
@@ -151,11 +143,20 @@ def _stream_table(entry: Any, index: int, defaults: dict, base_dir: Path) -> Str
             raise ProjectError(f"freshness must be a duration such as '10m', not {entry['freshness']!r}",
                                stream_table=qualified)
         freshness = parsed.every
-    cluster_by = TableOptions.parse({"cluster_by": entry.get("cluster_by")}, stream_table=qualified).clustering
+    options = dict(entry.get("options") or {})
+    if entry.get("cluster_by") is not None:
+        if "cluster_by" in options:
+            raise ProjectError("give 'cluster_by' or 'options.cluster_by', not both", stream_table=qualified)
+        options["cluster_by"] = entry["cluster_by"]
+    for key in ("diamond_consistency", "diamond_schedule_policy", "freshness_seconds"):
+        if key in options:  # each has its own key in the file, which the DAG factory reads
+            raise ProjectError(f"set {key.replace('_seconds', '')!r} as a key of the stream table, not under "
+                               "'options'", stream_table=qualified)
+    parsed = TableOptions.parse(options, stream_table=qualified)
     return StreamTableSpec(name=qualified, query=query.strip(), schedule=schedule, refresh_mode=mode,
                            diamond_consistency=consistency, diamond_schedule_policy=policy, freshness=freshness,
                            description=str(entry.get("description") or ""), sources=tuple(source_names(ast)),
-                           cluster_by=cluster_by)
+                           table_options=parsed)
 
 
 def _source_problems(specs: dict[str, StreamTableSpec], declared: tuple[str, ...] | None) -> list[TrickleError]:
@@ -167,12 +168,6 @@ def _source_problems(specs: dict[str, StreamTableSpec], declared: tuple[str, ...
             for spec in specs.values() for source in spec.sources if source not in specs and source not in declared]
 
 
-def _choice(entry: dict, defaults: dict, key: str, allowed: tuple[str, ...], default: str, table: str) -> str:
-    value = str(entry.get(key, defaults.get(key, default))).strip().lower()
-    if value not in allowed:
-        raise ProjectError(f"{key} must be one of {', '.join(allowed)}, not {entry.get(key, defaults.get(key))!r}",
-                           stream_table=table)
-    return value
 
 
 def _warehouse(value: Any, base_dir: Path, project: str) -> str:
@@ -185,38 +180,22 @@ def _warehouse(value: Any, base_dir: Path, project: str) -> str:
     return str((base_dir / raw).resolve()) if not os.path.isabs(raw) else raw
 
 
-def _mapping(value: Any, key: str) -> dict:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ProjectError(f"'{key}' must be a mapping, not {type(value).__name__}")
-    return value
 
 
-def _check_keys(data: dict, allowed: set[str], where: str) -> None:
-    unknown = set(data) - allowed
-    if unknown:
-        raise ProjectError(f"unknown key(s) {sorted(unknown)} in {where}; known keys: {sorted(allowed)}")
 
 
-def _settings(raw: dict) -> dict:
-    known = {f for f in TrickleConfig.__dataclass_fields__ if f != "warehouse"}
-    _check_keys(raw, known, "settings")
-    try:
-        TrickleConfig(**raw)
-    except (TypeError, ValueError) as err:
-        raise ProjectError(f"invalid settings: {err}") from None
-    return dict(raw)
+def _settings(raw: dict, project: str) -> dict:
+    """The engine settings, typed by the file's model; a default schedule is a schedule."""
+    if raw.get("default_schedule") is not None:
+        parse_schedule(raw["default_schedule"])
+    return {key: value for key, value in raw.items() if value is not None}
 
 
 def _spark_settings(raw: dict) -> SparkSettings:
-    _check_keys(raw, _SPARK_KEYS, "spark")
-    conf = _mapping(raw.get("conf"), "spark.conf")
+    conf = raw.get("conf") or {}
     if "connection" in raw and "conn_id" in raw:
         raise ProjectError("spark: give 'connection' (or its older name 'conn_id'), not both")
     submit = raw.get("submit")
-    if submit is not None and not isinstance(submit, bool):
-        raise ProjectError(f"spark.submit must be true or false, not {submit!r}")
     return SparkSettings(conn_id=str(raw.get("connection", raw.get("conn_id", "spark_local"))), submit=submit,
                          conf={k: str(v) for k, v in conf.items()},
                          deploy_mode=raw.get("deploy_mode"), driver_memory=raw.get("driver_memory"),
@@ -226,10 +205,10 @@ def _spark_settings(raw: dict) -> SparkSettings:
 def _on_commit_settings(raw, project: str) -> dict[str, timedelta]:
     """``airflow.on_commit``: ``poll_interval``, ``debounce``, ``max_wait``: each a duration
     (``2s``, ``1m``) or a number of seconds (``0.5``)."""
-    raw = _mapping(raw, "airflow.on_commit")
-    _check_keys(raw, _ON_COMMIT_KEYS, "airflow.on_commit")
     found = {}
-    for key, value in raw.items():
+    for key, value in (raw or {}).items():
+        if value is None:
+            continue
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
             found[f"on_commit_{key}"] = timedelta(seconds=value)
         elif str(value).strip() in ("0", "0s"):  # a zero debounce: fire at the first poll that sees a commit
@@ -246,7 +225,7 @@ def _on_commit_settings(raw, project: str) -> dict[str, timedelta]:
 
 
 def _airflow_settings(raw: dict, project: str) -> AirflowSettings:
-    _check_keys(raw, _AIRFLOW_KEYS, "airflow")
+    raw = {key: value for key, value in raw.items() if value is not None or key in ("schedule", "maintenance")}
     dag_id = str(raw.get("dag_id") or f"trickle_{project}")
     schedule = raw.get("schedule")
     if schedule is not None and str(schedule).lower() not in ("none", "manual"):
@@ -255,15 +234,13 @@ def _airflow_settings(raw: dict, project: str) -> AirflowSettings:
     if "tags" in values:
         values["tags"] = tuple(values["tags"])
     if "retry_delay" in values:
-        values["retry_delay"] = parse_schedule(str(values["retry_delay"])).every or timedelta(seconds=30)
+        values["retry_delay"] = parse_schedule(values["retry_delay"]).every or timedelta(seconds=30)
+    if "start_date" in values:
+        values["start_date"] = str(values["start_date"])  # YAML reads 2024-01-01 as a date
     if values.get("maintenance") is not None:
         values["maintenance"] = str(values["maintenance"])
         if parse_schedule(values["maintenance"]).is_calculated:
             values["maintenance"] = None  # an empty schedule: no maintenance DAG
     values.update(_on_commit_settings(values.pop("on_commit", None), project))
-    hours = values.get("maintenance_retention_hours")
-    if hours is not None and (isinstance(hours, bool) or not isinstance(hours, (int, float)) or hours < 0):
-        raise ProjectError(f"project {project!r}: airflow.maintenance_retention_hours must be a number of hours "
-                           f"(0 or more), not {hours!r}")
     return AirflowSettings(dag_id=dag_id, schedule=None if schedule is None else str(schedule), **values)
 

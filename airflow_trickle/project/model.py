@@ -15,22 +15,13 @@ import networkx as nx
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.graph import commit_watches, group_period
 from airflow_trickle.model import RefreshMode
+from airflow_trickle.options import TableOptions
 from airflow_trickle.schedule import ON_COMMIT, Schedule, format_duration, parse_schedule
 
 DIAMOND_CONSISTENCY = ("none", "atomic")
 DIAMOND_SCHEDULE_POLICIES = ("fastest", "slowest")
 #: A stream table's freshness target, when none is given, is this many times its period.
 DEFAULT_FRESHNESS_FACTOR = 2
-
-_PROJECT_KEYS = {"project", "warehouse", "sources", "defaults", "settings", "spark", "airflow", "stream_tables"}
-_TABLE_KEYS = {"name", "query", "query_file", "schedule", "refresh_mode", "diamond_consistency",
-               "diamond_schedule_policy", "freshness", "description", "cluster_by"}
-_DEFAULT_KEYS = {"schedule", "refresh_mode", "diamond_consistency", "diamond_schedule_policy", "freshness_factor"}
-_SPARK_KEYS = {"connection", "conn_id", "submit", "conf", "deploy_mode", "driver_memory", "executor_memory", "num_executors"}
-_AIRFLOW_KEYS = {"dag_id", "schedule", "pool", "tags", "freshness_notifier", "deadline", "deadline_callback",
-                 "max_active_runs", "retries", "retry_delay", "start_date", "maintenance",
-                 "maintenance_retention_hours", "notes_connection", "on_commit"}
-_ON_COMMIT_KEYS = {"poll_interval", "debounce", "max_wait"}
 
 
 @dataclass(frozen=True)
@@ -49,17 +40,21 @@ class StreamTableSpec:
     description: str = ""
     #: Tables the query reads (qualified), stream tables of the project included.
     sources: tuple[str, ...] = ()
-    #: The storage's clustering columns (option ``cluster_by``); () for none.
-    cluster_by: tuple[str, ...] = ()
+    #: The options the file sets besides the keys above (``cluster_by``, ``strict``, the cost
+    #: model's ratios, ...), checked as the API checks them.
+    table_options: TableOptions = TableOptions()
+
+    @property
+    def cluster_by(self) -> tuple[str, ...]:
+        """The storage's clustering columns; () for none."""
+        return self.table_options.clustering
 
     def options(self) -> dict:
         """The per-table options stored in the catalog row."""
-        options = {"diamond_consistency": self.diamond_consistency,
+        options = {**self.table_options.to_dict(), "diamond_consistency": self.diamond_consistency,
                    "diamond_schedule_policy": self.diamond_schedule_policy}
         if self.freshness is not None:
             options["freshness_seconds"] = int(self.freshness.total_seconds())
-        if self.cluster_by:
-            options["cluster_by"] = list(self.cluster_by)
         return options
 
     def to_json(self) -> dict:
@@ -68,14 +63,15 @@ class StreamTableSpec:
                 "refresh_mode": str(self.refresh_mode), "diamond_consistency": self.diamond_consistency,
                 "diamond_schedule_policy": self.diamond_schedule_policy,
                 "freshness_seconds": None if self.freshness is None else self.freshness.total_seconds(),
-                "description": self.description, "sources": list(self.sources), "cluster_by": list(self.cluster_by)}
+                "description": self.description, "sources": list(self.sources),
+                "options": self.table_options.to_dict()}
 
     @classmethod
     def from_json(cls, data: dict) -> "StreamTableSpec":
         """The spec :meth:`to_json` wrote (a refresh job rehydrates its tables this way).
 
         >>> spec = StreamTableSpec("s.t", "SELECT 1 AS x FROM s.a", "5m", "AUTO", freshness=timedelta(minutes=9),
-        ...                        cluster_by=("x",))
+        ...                        table_options=TableOptions(cluster_by=("x",), strict=True))
         >>> StreamTableSpec.from_json(spec.to_json()) == spec
         True
         """
@@ -86,7 +82,7 @@ class StreamTableSpec:
                    diamond_schedule_policy=data.get("diamond_schedule_policy", "fastest"),
                    freshness=None if seconds is None else timedelta(seconds=seconds),
                    description=data.get("description", ""), sources=tuple(data.get("sources", ())),
-                   cluster_by=tuple(data.get("cluster_by", ())))
+                   table_options=TableOptions.parse(data.get("options"), stream_table=data["name"]))
 
 
 @dataclass(frozen=True)
@@ -183,6 +179,17 @@ class AirflowSettings:
         return f"{self.dag_id}__on_commit"
 
 
+@dataclass(frozen=True)
+class DeploySettings:
+    """What a changed project does to the warehouse (``project/plan.py``, ``project/apply.py``)."""
+
+    #: The DAG's plan task: ``apply`` creates and ALTERs as the file says; ``stop`` fails the run
+    #: with the plan, for someone to run ``trickle apply``.
+    on_change: str = "apply"
+    #: Drop stream tables the project owns that its file no longer declares.
+    prune: bool = False
+
+
 @dataclass
 class Project:
     """A validated project: its stream tables in refresh order, its graph and refresh units."""
@@ -198,6 +205,9 @@ class Project:
     graph: nx.DiGraph = field(default_factory=nx.DiGraph, repr=False)
     periods: dict[str, timedelta | None] = field(default_factory=dict, repr=False)
     units: list[RefreshUnit] = field(default_factory=list, repr=False)
+    deploy: DeploySettings = field(default_factory=DeploySettings)
+    #: The project file it was loaded from (None: defined in Python).
+    file: str | None = None
 
     def config(self) -> TrickleConfig:
         """The :class:`TrickleConfig` a refresh job of this project runs with."""
@@ -252,5 +262,5 @@ class Project:
         settings = dict(self.settings)
         if settings.get("storage_options"):  # credentials reach the job by its environment
             settings["storage_options"] = public_options(self.config().storage_options)
-        return {"project": self.name, "warehouse": self.warehouse, "settings": settings,
-                "stream_tables": [self.stream_tables[n].to_json() for n in names]}
+        return {"project": self.name, "file": self.file, "warehouse": self.warehouse, "settings": settings,
+                "on_change": self.deploy.on_change, "stream_tables": [self.stream_tables[n].to_json() for n in names]}

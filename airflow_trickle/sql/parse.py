@@ -61,6 +61,20 @@ def parse_query(text: str, *, stream_table: str | None = None) -> exp.Query:
     return query
 
 
+def normalized_sql(text: str, *, stream_table: str | None = None) -> str:
+    """``text`` as one canonical line: layout, keyword case and comments are not part of a query.
+
+    Two project files whose queries differ only in these hold the same query (``project/plan.py``).
+
+    >>> written = "select a,  -- the key\\n  sum(b) as s from t group by a"
+    >>> normalized_sql(written) == normalized_sql("SELECT a, SUM(b) AS s FROM t GROUP BY a")
+    True
+    >>> normalized_sql("SELECT a FROM t WHERE a > 1") == normalized_sql("SELECT a FROM t WHERE a > 2")
+    False
+    """
+    return parse_query(text, stream_table=stream_table).sql(DIALECT, comments=False)
+
+
 def pretty_sql(text: str) -> str:
     """``text`` laid out one clause per line, for docs and the UI; as written if it does not parse.
 

@@ -51,45 +51,45 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class TableEntry(_Section):
+def _refresh_mode_word(cls, value):
+    return _canonical(value, REFRESH_MODES)
+
+
+def _diamond_word(cls, value):
+    return _canonical(value, ("none", "atomic", "fastest", "slowest"))
+
+
+class _TableDefaults(_Section):
+    """The keys a stream table sets, or takes from ``defaults``."""
+
+    schedule: Optional[str] = Field(None, pattern=SCHEDULE_PATTERN, description=SCHEDULE_FORM + "; empty: CALCULATED")
+    refresh_mode: Optional[Literal["DIFFERENTIAL", "FULL", "AUTO"]] = None
+    diamond_consistency: Optional[Literal["none", "atomic"]] = None
+    diamond_schedule_policy: Optional[Literal["fastest", "slowest"]] = None
+
+    _mode = field_validator("refresh_mode", mode="before")(classmethod(_refresh_mode_word))
+    _diamond = field_validator("diamond_consistency", "diamond_schedule_policy", mode="before")(
+        classmethod(_diamond_word))
+
+
+class TableEntry(_TableDefaults):
     """One stream table (an item of ``stream_tables``)."""
 
     name: str = Field(description="qualified name, database.table")
     query: Optional[str] = Field(None, description="the defining query (Spark SQL)")
     query_file: Optional[str] = Field(None, description="a file holding the defining query, relative to the project file")
-    schedule: Optional[str] = Field(None, pattern=SCHEDULE_PATTERN, description=SCHEDULE_FORM + "; empty: CALCULATED")
-    refresh_mode: Optional[Literal["DIFFERENTIAL", "FULL", "AUTO"]] = None
-    diamond_consistency: Optional[Literal["none", "atomic"]] = None
-    diamond_schedule_policy: Optional[Literal["fastest", "slowest"]] = None
     freshness: Optional[str] = Field(None, description="how stale the table may get, a duration such as '10m'")
     description: Optional[str] = None
     cluster_by: Optional[Union[list[str], str]] = Field(None, description="the storage's clustering columns")
     options: Optional[dict[str, Any]] = Field(None, description="the table's options, as the Python API's "
                                                                  "create_stream_table(options=...) takes them")
 
-    @field_validator("refresh_mode", mode="before")
-    @classmethod
-    def _mode(cls, value):
-        return _canonical(value, REFRESH_MODES)
 
-    @field_validator("diamond_consistency", "diamond_schedule_policy", mode="before")
-    @classmethod
-    def _lower(cls, value):
-        return _canonical(value, ("none", "atomic", "fastest", "slowest"))
-
-
-class Defaults(_Section):
+class Defaults(_TableDefaults):
     """Values every stream table takes unless it sets its own."""
 
-    schedule: Optional[str] = Field(None, pattern=SCHEDULE_PATTERN, description=SCHEDULE_FORM)
-    refresh_mode: Optional[Literal["DIFFERENTIAL", "FULL", "AUTO"]] = None
-    diamond_consistency: Optional[Literal["none", "atomic"]] = None
-    diamond_schedule_policy: Optional[Literal["fastest", "slowest"]] = None
     freshness_factor: Optional[float] = Field(None, gt=0, description="a table's freshness target, when it sets "
                                                                       "none, is this many times its period")
-
-    _mode = field_validator("refresh_mode", mode="before")(TableEntry._mode.__func__)
-    _lower = field_validator("diamond_consistency", "diamond_schedule_policy", mode="before")(TableEntry._lower.__func__)
 
 
 class SparkSection(_Section):

@@ -27,7 +27,7 @@ callables, so the DAG's plan task plans without Spark.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from airflow_trickle.errors import InvalidQueryError
@@ -37,11 +37,14 @@ from airflow_trickle.options import TableOptions
 from airflow_trickle.project.model import Project, StreamTableSpec
 from airflow_trickle.sql.parse import normalized_sql
 
-#: A new query's output columns and the stored ones, as ``[(name, Spark type), ...]`` (Spark).
+#: ``(name, new query)`` -> the stored output columns and the new query's, each as
+#: ``[(name, Spark type), ...]`` (needs Spark).
 ColumnsOf = Callable[[str, str], tuple[list[tuple[str, str]], list[tuple[str, str]]]]
 
 
 class Change(Choice):
+    """What applying a project file does to one stream table."""
+
     CREATE = "CREATE"
     ALTER = "ALTER"
     UNCHANGED = "UNCHANGED"
@@ -88,7 +91,7 @@ class TablePlan:
     @property
     def claims(self) -> bool:
         """Whether applying makes the project the owner of a table no project owned."""
-        return self.change != Change.CREATE and self.owner is None and self.change != Change.REMOVE
+        return self.change in (Change.ALTER, Change.UNCHANGED) and self.owner is None
 
     def text(self) -> str:
         words = [f"{self.change.value.lower():9} {self.name}"]
@@ -113,7 +116,6 @@ class ProjectPlan:
     #: Whether applying drops the tables to REMOVE.
     prune: bool = False
     adopt: bool = False
-    extra: dict = field(default_factory=dict, compare=False)
 
     def of(self, change: Change) -> list[TablePlan]:
         return [t for t in self.tables if t.change == change]

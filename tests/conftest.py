@@ -99,7 +99,8 @@ LONG_MODULES = {"test_dvm_oracle.py": 360, "test_tpch.py": 215, "test_cascade.py
                 "test_service.py": 230, "test_dvm_oracle_joins.py": 140, "test_airflow_example.py": 195,
                 "test_differential.py": 150, "test_lifecycle.py": 160, "test_recursive.py": 70, "test_repair.py": 30,
                 "test_airflow_live.py": 185, "test_object_storage.py": 360, "test_metastore.py": 70,
-                "test_arranged_joins.py": 55, "test_project_apply.py": 80}
+                "test_arranged_joins.py": 55, "test_project_apply.py": 80,
+                "test_dvm_oracle_surface.py": 60}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

@@ -33,7 +33,7 @@ from airflow_trickle.sql.parse import (
     source_names,
 )
 from airflow_trickle.spark.delta import schema_fingerprint, visible_columns
-from airflow_trickle.sql.rewrite import name_outputs, pin_sources
+from airflow_trickle.sql.rewrite import name_outputs, ordered_outputs, pin_sources, restored_names
 
 #: Characters no stored column name may hold (others that Delta refuses, such as the parentheses
 #: of ``sum(x)``, are stored with Delta column mapping: ``storage.column_mapping_properties``).
@@ -241,13 +241,27 @@ def _qualified_query(spark, ast, sources, hidden, output_columns):
     try:
         qualified_ast = qualify(ast.copy(), schema=schema, dialect=DIALECT, db=DEFAULT_DATABASE,
                                 validate_qualify_columns=True, quote_identifiers=True)
-        rewritten = qualified_ast.sql(DIALECT)
-        check = spark.sql(pin_sources(qualified_ast, {}, hidden).sql(DIALECT)).schema
-        if [(f.name, f.dataType.simpleString()) for f in check.fields] != output_columns:
+        names = [column for column, _ in output_columns]
+        expanded = [column.lower() for column, _ in _schema_of(spark, qualified_ast, hidden)]
+        if expanded != [n.lower() for n in names] and sorted(expanded) == sorted(n.lower() for n in names):
+            # the same columns in another order: `t.*` beside JOIN ... USING (k), which Spark
+            # expands with the USING key first
+            qualified_ast = ordered_outputs(qualified_ast, names)
+        # qualify lower-cases unquoted names (`AS Revenue`) and names unnamed ones its own way
+        qualified_ast = restored_names(qualified_ast, names)
+        check = _schema_of(spark, qualified_ast, hidden)
+        if check != output_columns:
             raise OptimizeError("qualified query changes the output schema")
+        rewritten = qualified_ast.sql(DIALECT)
         return rewritten, columns_used(qualified_ast), None
     except (SqlglotError, Exception) as err:  # noqa: BLE001 - any failure means: keep the original
         return ast.sql(DIALECT), {}, f"the query could not be normalised for incremental maintenance ({_spark_message(err)})"
+
+
+def _schema_of(spark, query, hidden) -> list[tuple[str, str]]:
+    """The output columns Spark analyses ``query`` to (it runs nothing)."""
+    return [(f.name, f.dataType.simpleString())
+            for f in spark.sql(pin_sources(query, {}, hidden).sql(DIALECT)).schema.fields]
 
 
 def _spark_message(err: Exception) -> str:

@@ -21,7 +21,7 @@ from airflow_trickle.dvm.scan import Scan
 from airflow_trickle.dvm.topk import SortKey, TopK
 from airflow_trickle.dvm.union import UnionAll
 from airflow_trickle.names import DEFAULT_DATABASE
-from airflow_trickle.sql.parse import DIALECT, parse_query, table_name
+from airflow_trickle.sql.parse import DIALECT, conjuncts, parse_query, table_name
 
 
 _UNSUPPORTED_NODES = {
@@ -154,7 +154,9 @@ def _plan_query(query: exp.Expression, columns, database, ctes: dict[str, Node] 
 
 def _plan_select(select: exp.Select, columns, database, ctes: dict[str, Node]) -> Block:
     if select.args.get("distinct"):
-        raise Unsupported("SELECT DISTINCT with aggregates")
+        raise Unsupported("SELECT DISTINCT ON" if select.args["distinct"].args.get("on") else
+                          "SELECT DISTINCT over window functions and aggregates together"
+                          if any(e.find(exp.Window) for e in select.expressions) else "SELECT DISTINCT with aggregates")
     for key in ("where", "having"):
         clause = select.args.get(key)
         if clause is not None and clause.find(exp.Subquery, exp.Exists, exp.Select):
@@ -353,8 +355,7 @@ def _join_step(join: exp.Join, kind: JoinKind, outer: list[str], item: str) -> J
     if kind is JoinKind.INNER:
         return JoinStep()
     pairs = []
-    on = join.args.get("on")
-    for conjunct in (on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []):
+    for conjunct in conjuncts(join.args.get("on")):  # ON (a.k = b.k) is an equality too
         if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
             continue
         left, right = _tables(conjunct.this), _tables(conjunct.expression)

@@ -94,6 +94,21 @@ def pretty_sql(text: str) -> str:
         return text.strip()
 
 
+def conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
+    """The AND-ed terms of ``condition``, parentheses removed at every level.
+
+    >>> from sqlglot import parse_one
+    >>> [c.sql() for c in conjuncts(parse_one("(a.k = b.k) AND ((a.x > 1) AND b.y IS NULL)"))]
+    ['a.k = b.k', 'a.x > 1', 'b.y IS NULL']
+    """
+    if condition is None:
+        return []
+    condition = condition.unnest()
+    if isinstance(condition, exp.And):
+        return conjuncts(condition.this) + conjuncts(condition.expression)
+    return [condition]
+
+
 def source_tables(query: exp.Expression) -> list[exp.Table]:
     """The table nodes of ``query`` that name stored tables (CTE references excluded), in order.
 

@@ -1,6 +1,8 @@
 """Rewrites of a whole defining query that every refresh mode needs."""
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from airflow_trickle.names import DEFAULT_DATABASE
@@ -69,6 +71,55 @@ def name_outputs(query: exp.Query, names: list[str]) -> exp.Query:
             target = projection.this if isinstance(projection, exp.Alias) else projection
             projection.replace(exp.alias_(target.copy(), exp.to_identifier(name, quoted=True)))
     return named
+
+
+def restored_names(query: exp.Query, names: list[str]) -> exp.Query:
+    """After sqlglot's ``qualify``, the output names Spark gave ``query`` before it: a name that
+    differs only in case (``AS Revenue`` became ``revenue``) or that ``qualify`` made up for an
+    unnamed expression (``_col_2``) is given back.  Any other difference is left for the caller's
+    schema check to refuse: renaming by position could swap two columns of one type.
+
+    >>> from sqlglot import parse_one
+    >>> restored_names(parse_one("SELECT k AS revenue, SUM(v) AS _col_1, a AS b FROM t"),
+    ...                ["Revenue", "sum(v)", "c"]).sql()
+    'SELECT k AS "Revenue", SUM(v) AS "sum(v)", a AS b FROM t'
+    """
+    named = query.copy()
+    select = named
+    while isinstance(select, exp.SetOperation):  # a UNION takes its column names from its first input
+        select = select.this
+    select = select.unnest() if isinstance(select, exp.Subquery) else select
+    if not isinstance(select, exp.Select) or len(select.expressions) != len(names):
+        return named
+    for projection, name in zip(list(select.expressions), names):
+        current = projection.alias_or_name
+        if current != name and (current.lower() == name.lower() or re.fullmatch(r"_col_\d+", current)):
+            target = projection.this if isinstance(projection, exp.Alias) else projection
+            projection.replace(exp.alias_(target.copy(), exp.to_identifier(name, quoted=True)))
+    return named
+
+
+def ordered_outputs(query: exp.Query, names: list[str]) -> exp.Query:
+    """``query``'s output expressions put in the order of ``names`` (each named once, any case).
+
+    Why: sqlglot expands ``t.*`` in ``t``'s own column order, where Spark puts the key of a
+    ``JOIN ... USING (k)`` first; the stored query must give the columns Spark gave.  A query
+    whose outputs are not exactly ``names``, or that is a set operation (its inputs line up by
+    position), is returned as it is.
+
+    >>> from sqlglot import parse_one
+    >>> ordered_outputs(parse_one("SELECT a, b AS k, c FROM t"), ["k", "a", "c"]).sql()
+    'SELECT b AS k, a, c FROM t'
+    """
+    ordered = query.copy()
+    select = ordered.unnest() if isinstance(ordered, exp.Subquery) else ordered
+    if not isinstance(select, exp.Select):
+        return ordered
+    by_name = {p.alias_or_name.lower(): p for p in select.expressions}
+    if len(by_name) != len(select.expressions) or sorted(by_name) != sorted(n.lower() for n in names):
+        return ordered
+    select.set("expressions", [by_name[n.lower()] for n in names])
+    return ordered
 
 
 def row_hash_sql(columns: list[str], *, qualifier: str | None = None) -> str:

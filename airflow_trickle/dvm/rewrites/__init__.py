@@ -12,16 +12,16 @@ from airflow_trickle.dvm.rewrites.ctes import inline_ctes
 from airflow_trickle.dvm.rewrites.outer_joins import null_rejecting_outer_joins_to_inner
 from airflow_trickle.dvm.rewrites.refused import SubqueryRefused
 from airflow_trickle.dvm.rewrites.set_operations import (distinct_to_group_by, set_operations_to_group_by,
-                                                          union_to_distinct)
+                                                          union_to_distinct, unwrap_set_operands)
 from airflow_trickle.dvm.rewrites.subqueries import (not_in_to_joins, scalars_in_select_to_cross_joins,
                                                       subqueries_to_joins)
 
 __all__ = ["PASSES", "SubqueryRefused", "distinct_to_group_by", "inline_ctes", "normalize", "not_in_to_joins",
            "null_rejecting_outer_joins_to_inner", "scalars_in_select_to_cross_joins", "set_operations_to_group_by",
-           "subqueries_to_joins", "union_to_distinct"]
+           "subqueries_to_joins", "union_to_distinct", "unwrap_set_operands"]
 
 #: The passes, in the order they run.
-PASSES = (inline_ctes, subqueries_to_joins, null_rejecting_outer_joins_to_inner, set_operations_to_group_by,
+PASSES = (inline_ctes, unwrap_set_operands, subqueries_to_joins, null_rejecting_outer_joins_to_inner, set_operations_to_group_by,
           union_to_distinct, distinct_to_group_by)
 
 

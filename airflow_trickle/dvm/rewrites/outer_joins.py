@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from airflow_trickle.sql.parse import conjuncts
+
 
 def null_rejecting_outer_joins_to_inner(query: exp.Expression) -> exp.Expression:
     """A LEFT JOIN whose right item the WHERE clause rejects when NULL is an inner join.
@@ -39,7 +41,7 @@ def null_rejecting_outer_joins_to_inner(query: exp.Expression) -> exp.Expression
 def _null_rejected_tables(condition: exp.Expression) -> set[str]:
     """The tables (aliases) of columns that ``condition``, a WHERE clause, rejects when NULL."""
     found = set()
-    for conjunct in _conjuncts(condition):
+    for conjunct in conjuncts(condition):
         if isinstance(conjunct, exp.Not) and isinstance(conjunct.this, exp.Is) \
                 and isinstance(conjunct.this.expression, exp.Null):
             operands = [conjunct.this.this]
@@ -52,10 +54,3 @@ def _null_rejected_tables(condition: exp.Expression) -> set[str]:
         found |= {o.table for o in operands if isinstance(o, exp.Column) and o.table}
     return found
 
-
-def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
-    """The AND-ed terms of ``condition``, parentheses removed."""
-    condition = condition.unnest()
-    if isinstance(condition, exp.And):
-        return _conjuncts(condition.this) + _conjuncts(condition.expression)
-    return [condition]

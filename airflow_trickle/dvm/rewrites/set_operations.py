@@ -43,6 +43,30 @@ def _union_inputs(node: exp.Expression) -> list[exp.Expression]:
     return [node]
 
 
+def unwrap_set_operands(query: exp.Expression) -> exp.Expression:
+    """``A UNION ALL (SELECT ...)`` -> ``A UNION ALL SELECT ...``: a parenthesized SELECT operand
+    of a set operation, without its own ORDER BY or LIMIT, is the SELECT itself.
+
+    The other passes and the planner read a set operation's operands as SELECTs; a nested set
+    operation keeps its parentheses (they decide what it means).
+
+    >>> from sqlglot import parse_one
+    >>> def rewrite(sql): return unwrap_set_operands(parse_one(sql, read="spark")).sql("spark")
+    >>> rewrite("(SELECT a FROM s.t) INTERSECT (SELECT b FROM s.u)")
+    'SELECT a FROM s.t INTERSECT SELECT b FROM s.u'
+    >>> rewrite("SELECT a FROM s.t UNION ALL (SELECT b FROM s.u ORDER BY b LIMIT 3)")
+    'SELECT a FROM s.t UNION ALL (SELECT b FROM s.u ORDER BY b LIMIT 3)'
+    """
+    def unwrap(node):
+        if (isinstance(node, exp.Subquery) and isinstance(node.parent, exp.SetOperation) and not node.alias
+                and isinstance(node.this, exp.Select)
+                and not any(node.this.args.get(k) for k in ("order", "limit", "offset"))):
+            return node.this.copy()
+        return node
+
+    return query.transform(unwrap)
+
+
 def distinct_to_group_by(query: exp.Expression) -> exp.Expression:
     """``SELECT DISTINCT a, b FROM t`` -> ``SELECT a, b FROM t GROUP BY a, b`` (no aggregates).
 
@@ -52,11 +76,19 @@ def distinct_to_group_by(query: exp.Expression) -> exp.Expression:
     >>> def rewrite(sql): return distinct_to_group_by(parse_one(sql, read="spark")).sql("spark")
     >>> rewrite("SELECT DISTINCT a, b FROM s.t")
     'SELECT a, b FROM s.t GROUP BY a, b'
+
+    Over window functions, which a GROUP BY cannot hold, the windows are computed in a derived
+    table and the DISTINCT taken over its rows:
+
+    >>> rewrite("SELECT DISTINCT a, MIN(b) OVER (PARTITION BY a) AS m FROM s.t")
+    'SELECT __trickle_distinct.a AS a, __trickle_distinct.m AS m FROM (SELECT a, MIN(b) OVER (PARTITION BY a) AS m FROM s.t) AS __trickle_distinct GROUP BY __trickle_distinct.a, __trickle_distinct.m'
     """
     def swap(node):
         if isinstance(node, exp.Select) and node.args.get("distinct") and not node.args.get("group"):
             if node.args["distinct"].args.get("on"):
                 return node
+            if any(e.find(exp.Window) for e in node.expressions):
+                return _distinct_over_windows(node)
             if any(e.find(exp.AggFunc) for e in node.expressions):
                 return node
             rewritten = node.copy()
@@ -66,6 +98,21 @@ def distinct_to_group_by(query: exp.Expression) -> exp.Expression:
         return node
 
     return query.transform(swap)
+
+
+def _distinct_over_windows(select: exp.Select) -> exp.Select:
+    """``SELECT DISTINCT <windows> FROM ...`` as a GROUP BY over a derived table of the windows;
+    as it is when an output has no name, or an aggregate stands outside the windows."""
+    names = [e.alias_or_name for e in select.expressions]
+    if not all(names) or len({n.lower() for n in names}) < len(names) or any(
+            a.find_ancestor(exp.Window) is None for e in select.expressions for a in e.find_all(exp.AggFunc)):
+        return select
+    inner = select.copy()
+    inner.set("distinct", None)
+    alias = "__trickle_distinct"
+    columns = [exp.column(name, table=alias) for name in names]
+    return (exp.select(*[exp.alias_(c, name) for c, name in zip(columns, names)])
+            .from_(inner.subquery(alias)).group_by(*[c.copy() for c in columns]))
 
 
 def set_operations_to_group_by(query: exp.Expression) -> exp.Expression:

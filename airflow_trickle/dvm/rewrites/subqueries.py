@@ -34,8 +34,8 @@ def subqueries_to_joins(query: exp.Expression) -> exp.Expression:
     """
     query = scalars_in_select_to_cross_joins(not_in_to_joins(query))
     for node in query.find_all(exp.Exists, exp.In, exp.Any, exp.Subquery):
-        if isinstance(node, exp.Subquery) and isinstance(node.parent, (exp.From, exp.Join)):
-            continue
+        if isinstance(node, exp.Subquery) and isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)):
+            continue  # a table in FROM or JOIN, or a parenthesized operand of UNION / EXCEPT / INTERSECT
         if isinstance(node, exp.In) and not node.args.get("query"):
             continue
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.In, exp.Any)):

@@ -40,6 +40,13 @@ class Trickle:
 
     def __init__(self, warehouse: str | None = None, *, spark=None, remote: str | None = None,
                  config: TrickleConfig | None = None, **settings):
+        if config is not None and settings:
+            raise TrickleError(f"pass settings in config= or as keywords, not both ({', '.join(sorted(settings))} "
+                               "given beside config=)")
+        unknown = sorted(set(settings) - set(TrickleConfig.__dataclass_fields__) - {"warehouse"})
+        if unknown:
+            raise TrickleError(f"unknown setting{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}",
+                               hint="the settings are TrickleConfig's fields (docs/configuration.md)")
         self.config = config or TrickleConfig.from_env(warehouse=warehouse, **settings)
         if warehouse is not None:
             self.config.warehouse = warehouse
@@ -80,6 +87,12 @@ class Trickle:
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
+
+    def __enter__(self) -> "Trickle":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     @property
     def warehouse(self) -> str:

@@ -94,8 +94,9 @@ def test_the_plan_task_notes_the_plan_stops_when_told_and_refuses_another_projec
     from airflow_trickle.operators import notes
     from airflow_trickle.operators.selection import StreamTableSelectionOperator
 
-    noted = []
+    noted, task_notes = [], []
     monkeypatch.setattr(notes, "write_run_note", lambda conn_id, context, text: noted.append(text))
+    monkeypatch.setattr(notes, "write_task_note", lambda conn_id, context, text: task_notes.append(text))
     name, project = stream_table
     tr.alter_stream_table(name, owner=("p", "/projects/p.yaml"))
     edited = [{"name": name, "query": f"SELECT k, v FROM {db}.src WHERE k > 1", "schedule": "1m"}]
@@ -106,6 +107,7 @@ def test_the_plan_task_notes_the_plan_stops_when_told_and_refuses_another_projec
     stopping = define_project("p", warehouse=tr.warehouse, stream_tables=edited, deploy={"on_change": "stop"})
     with pytest.raises(AirflowException, match=r"(?s)deploy.on_change is 'stop'.*trickle apply`\n.*\nalter .*: query"):
         StreamTableSelectionOperator(task_id="plan", project=stopping).execute(context())
+    assert task_notes[-1].endswith(f"\nalter     {name}: query")  # the plan, on the plan task itself
     # unchanged, the same project goes on with on_change: stop
     unchanged = define_project("p", warehouse=tr.warehouse, deploy={"on_change": "stop"},
                                stream_tables=[{"name": name, "query": f"SELECT k, v FROM {db}.src", "schedule": "1m"}])

@@ -206,9 +206,10 @@ def test_the_cli_refuses_bad_input_with_one_line_and_no_traceback(tmp_path, no_s
             return
         except SystemExit as exit_:  # argparse: a value it cannot take as an argument
             code = exit_.code
-    assert code == 2
     message = err.getvalue()
     assert "Traceback" not in message and message.strip(), message
+    # 2: argparse refused the command line itself; 1: the input was refused by the checks
+    assert (code, message.startswith("usage: ")) in ((2, True), (1, False)), (code, message)
     assert message.startswith(("trickle: error: ", "usage: ")), message
 
 

@@ -48,7 +48,7 @@ def test_the_service_records_itself_and_refuses_a_second_one(home):
     with pytest.raises(TrickleError, match=f"already runs for warehouse {home['warehouse']} at {info.address}"):
         svc.start_detached(home["warehouse"], port=0)
     second = trickle_cli("serve", "--port", "0", warehouse=home["warehouse"])
-    assert second.returncode == 2 and "already" in second.stderr and "trickle serve --stop" in second.stderr
+    assert second.returncode == 1 and "already" in second.stderr and "trickle serve --stop" in second.stderr
 
 
 def test_an_unreachable_service_fails_at_once_naming_the_address(tmp_path):

@@ -19,7 +19,9 @@
 warehouse (``trickle serve``), every verb works through it (a second, no JVM start);
 ``--remote sc://host:port`` (or ``$TRICKLE_REMOTE``) names a service explicitly, ``--embedded``
 starts a Spark of its own.  Output is a table for people, JSON with ``--json``.  Errors print
-one line naming the stream table and the cause, and exit 2.
+one line on stderr naming the stream table and the cause, and exit 1 (2: the command line
+itself is wrong).  An unknown warehouse or stream table is refused from the catalog (delta-rs)
+before a JVM starts or anything is created.
 """
 from __future__ import annotations
 
@@ -42,6 +44,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return run_project_verb(args) if args.verb in PROJECT_VERBS else _run(args)
-    except TrickleError as err:
+    except TrickleError as err:  # refused or failed work: 1 (argparse's usage errors are 2)
         print(f"trickle: error: {err}", file=sys.stderr)
-        return 2
+        return 1

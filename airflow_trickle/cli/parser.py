@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from airflow_trickle import __version__
 from airflow_trickle.errors import TrickleError
 from airflow_trickle.model import RefreshMode, RunMode, Status
 
@@ -22,6 +23,7 @@ def _word(kind, what: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trickle", description="Stream tables for the lakehouse.")
+    parser.add_argument("--version", action="version", version=f"trickle (airflow-trickle) {__version__}")
     parser.add_argument("--warehouse", default=os.environ.get("TRICKLE_WAREHOUSE"),
                         help="warehouse directory or URI, e.g. s3://bucket/prefix (default: $TRICKLE_WAREHOUSE); "
                              "also accepted after the verb")

@@ -7,7 +7,8 @@ import sys
 from dataclasses import asdict
 
 from airflow_trickle.cli.output import _arrangements_line, _emit, _history_row
-from airflow_trickle.errors import TrickleError
+from airflow_trickle.errors import StreamTableNotFoundError, TrickleError
+from airflow_trickle.names import qualify_name
 
 
 def _serve(args) -> int:
@@ -43,9 +44,12 @@ def _serve(args) -> int:
 
 def _storage_options(args) -> dict[str, str]:
     """``--storage-option KEY=VALUE`` (over ``$TRICKLE_STORAGE_OPTIONS``)."""
-    import json as _json
-
-    options = _json.loads(os.environ.get("TRICKLE_STORAGE_OPTIONS") or "{}")
+    try:
+        options = json.loads(os.environ.get("TRICKLE_STORAGE_OPTIONS") or "{}")
+    except ValueError as err:
+        raise TrickleError(f"$TRICKLE_STORAGE_OPTIONS is not JSON: {err}") from None
+    if not isinstance(options, dict):
+        raise TrickleError("$TRICKLE_STORAGE_OPTIONS must be a JSON object of storage options")
     for item in args.storage_option or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -77,15 +81,45 @@ def _run(args) -> int:
         settings["storage_options"] = options
     tr = Trickle(warehouse=args.warehouse, remote=_remote(args), **settings)
     try:
+        _refuse_unknown(tr, args)
         return _verb(tr, args)
     finally:
         if tr.remote is not None:
             tr.close()
 
 
+#: The verbs that read stream tables the catalog must already hold.
+CATALOG_VERBS = {"status", "history", "diamonds", "explain", "refresh", "drop", "alter", "health", "maintain"}
+
+
+def _refuse_unknown(tr, args) -> None:
+    """A mistyped warehouse or stream table is refused from the catalog (delta-rs), before a JVM
+    starts and before anything is created there."""
+    if args.verb not in CATALOG_VERBS:
+        return
+    if not tr.catalog.exists():
+        raise TrickleError(f"warehouse {args.warehouse} has no stream tables (no catalog under it)",
+                           hint="check --warehouse / $TRICKLE_WAREHOUSE; `trickle create` makes the first one")
+    name = getattr(args, "name", None)
+    if name and not (args.verb == "drop" and args.if_exists) and tr.catalog.get(qualify_name(name)) is None:
+        raise StreamTableNotFoundError("no such stream table", stream_table=qualify_name(name),
+                                       hint="`trickle status` lists the stream tables of the warehouse")
+
+
+def _query_text(args) -> str:
+    if args.query is not None:
+        return args.query
+    try:
+        with open(args.query_file, encoding="utf-8") as file:
+            return file.read()
+    except OSError as err:
+        raise TrickleError(f"cannot read --query-file {args.query_file!r}: {err.strerror}",
+                           stream_table=args.name) from None
+
+
 def _verb(tr, args) -> int:
     if args.verb == "create":
-        query = args.query if args.query is not None else open(args.query_file, encoding="utf-8").read()
+        query = _query_text(args)
         kwargs = {}
         if args.schedule is not None:
             kwargs["schedule"] = None if args.schedule.lower() in ("none", "") else args.schedule

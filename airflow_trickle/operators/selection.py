@@ -35,7 +35,7 @@ class StreamTableSelectionOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         from airflow_trickle.errors import TrickleError
-        from airflow_trickle.operators.notes import write_run_note
+        from airflow_trickle.operators.notes import write_run_note, write_task_note
         from airflow_trickle.project.planning import select
 
         manual = _is_manual(context)
@@ -53,6 +53,7 @@ class StreamTableSelectionOperator(BaseOperator):
             why = ("refused: " + "; ".join(f"{t.name}: {t.refused}" for t in changes.refusals) if changes.refusals
                    else "the project file changes the warehouse and deploy.on_change is 'stop': review the plan "
                         "and run `trickle apply`")
+            write_task_note(self.project.airflow.notes_connection, context, f"{why}\n{changes.text()}")
             raise AirflowException(f"{why}\n{changes.text()}")
         pruned = [t.name for t in changes.of(Change.REMOVE)] if changes.prune else []
         if pruned:

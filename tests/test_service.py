@@ -40,11 +40,23 @@ def trickle_cli(*args, warehouse):
                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO})
 
 
-def test_the_service_records_itself_and_refuses_a_second_one(home):
+def listening(pid: int) -> set[str]:
+    """The addresses the process ``pid`` and its children listen on (TCP)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    return {c.laddr.ip for p in [root, *root.children(recursive=True)]
+            for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+
+
+def test_the_service_records_itself_listens_on_loopback_only_and_refuses_a_second_one(home):
     info = home["info"]
     assert info.address.startswith("sc://127.0.0.1:") and svc.reachable(info.address)
+    # the Connect server and the driver's own ports: nothing on another interface
+    assert listening(info.server_pid) == {"127.0.0.1"}
     status = trickle_cli("serve", "--status", "--json", warehouse=home["warehouse"])
     assert status.returncode == 0 and json.loads(status.stdout)[0]["address"] == info.address
+    assert json.loads(status.stdout)[0]["started_at"].endswith("+00:00")  # an ISO time, not an epoch float
     with pytest.raises(TrickleError, match=f"already runs for warehouse {home['warehouse']} at {info.address}"):
         svc.start_detached(home["warehouse"], port=0)
     second = trickle_cli("serve", "--port", "0", warehouse=home["warehouse"])

@@ -5,6 +5,7 @@ import json
 import os
 import sys
 from dataclasses import asdict
+from datetime import datetime, timezone
 
 from airflow_trickle.cli.output import _arrangements_line, _emit, _history_row
 from airflow_trickle.errors import StreamTableNotFoundError, TrickleError
@@ -26,7 +27,8 @@ def _serve(args) -> int:
         if running is None and not args.json:
             print(f"no Spark service runs for warehouse {args.warehouse}", file=sys.stderr)
         else:
-            _emit(args, [asdict(running)] if running else [])
+            _emit(args, [{**asdict(running), "started_at": datetime.fromtimestamp(running.started_at, timezone.utc)}]
+                  if running else [])
         return 0 if running else 1
     port = service.DEFAULT_PORT if args.port is None else args.port
     options = _storage_options(args)

@@ -21,7 +21,8 @@ class TrickleHook(BaseHook):
 
     A ``trickle`` connection holds the warehouse path or URI in *host* (or ``extra.warehouse``)
     and any :class:`~airflow_trickle.config.TrickleConfig` field in *extra* -- for an object
-    store, ``storage_options`` (``docs/object-storage.md``).
+    store, ``storage_options`` (``docs/object-storage.md``).  Its form in the UI is declared in
+    the provider info (``airflow_trickle.get_provider_info``).
     """
 
     conn_name_attr = "trickle_conn_id"
@@ -35,13 +36,6 @@ class TrickleHook(BaseHook):
         self.trickle_conn_id = trickle_conn_id
         self._warehouse = warehouse
         self._settings = dict(settings or {})
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict:
-        return {"hidden_fields": ["schema", "login", "password", "port"],
-                "relabeling": {"host": "Warehouse (path or URI)"},
-                "placeholders": {"host": "/data/warehouse or s3://bucket/warehouse",
-                                 "extra": '{"storage_options": {"aws_region": "eu-west-1"}, "max_consecutive_errors": 3}'}}
 
     @cached_property
     def config(self) -> TrickleConfig:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from airflow.sdk import BaseNotifier
+
 log = logging.getLogger(__name__)
 
 
@@ -71,3 +73,13 @@ def log_freshness_miss(context: dict) -> None:
     """A minimal ``freshness_notifier``: one warning line in the task log."""
     miss = context.get("freshness_miss") or {}
     log.warning("FRESHNESS MISS %s", miss.get("message", miss))
+
+
+class FreshnessMissLogNotifier(BaseNotifier):
+    """An Airflow notifier that logs a freshness miss (:func:`log_freshness_miss`): pass an
+    instance as the factory's ``freshness_notifier`` (or as any Airflow callback)."""
+
+    template_fields = ()
+
+    def notify(self, context) -> None:
+        log_freshness_miss(context)

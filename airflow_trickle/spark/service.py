@@ -107,13 +107,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: Where the service listens.
+LOOPBACK = "127.0.0.1"
+
+
 def server_command(config: TrickleConfig, warehouse: str, *, port: int, master: str) -> list[str]:
     """The ``spark-submit`` command line of a Connect server for ``warehouse``."""
     from airflow_trickle.spark.session import session_conf
 
     conf = session_conf(config, warehouse, secrets=False)  # credentials: in the environment
-    conf.update({"spark.connect.grpc.binding.port": str(port), "spark.ui.enabled": "false",
-                 "spark.log.level": "WARN"})
+    # loopback only: the service runs SQL with the warehouse's credentials for anyone who reaches
+    # it, and Spark Connect listens on every interface by default (and a local driver on the
+    # machine's address)
+    conf.update({"spark.connect.grpc.binding.port": str(port), "spark.connect.grpc.binding.address": LOOPBACK,
+                 "spark.ui.enabled": "false", "spark.log.level": "WARN"})
+    if master.startswith("local"):  # a cluster's executors must reach the driver: not for them
+        conf.update({"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK})
     command = [_spark_submit(), "--master", master, "--name", "airflow_trickle service",
                "--class", SERVER_CLASS]
     for key, value in conf.items():

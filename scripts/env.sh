@@ -14,6 +14,6 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 # Resolve the Delta jars from Maven Central once (later Spark sessions start offline).
-"$VENV/bin/python" -m airflow_trickle.spark.jars
+"$VENV/bin/python" -m airflow_trickle.spark.resolve
 export PATH="$VENV/bin:$PATH"
 cd "$ROOT"

@@ -154,9 +154,8 @@ def _plan_query(query: exp.Expression, columns, database, ctes: dict[str, Node] 
 
 def _plan_select(select: exp.Select, columns, database, ctes: dict[str, Node]) -> Block:
     if select.args.get("distinct"):
-        raise Unsupported("SELECT DISTINCT ON" if select.args["distinct"].args.get("on") else
-                          "SELECT DISTINCT over window functions and aggregates together"
-                          if any(e.find(exp.Window) for e in select.expressions) else "SELECT DISTINCT with aggregates")
+        windows = any(e.find(exp.Window) for e in select.expressions)
+        raise Unsupported(f"SELECT DISTINCT {'over window functions and aggregates together' if windows else 'with aggregates'}")
     for key in ("where", "having"):
         clause = select.args.get(key)
         if clause is not None and clause.find(exp.Subquery, exp.Exists, exp.Select):

@@ -11,7 +11,7 @@
 * Any other artifact a test or a script starts a server from (s3proxy, a Hive metastore):
   :func:`maven_artifact`.
 
-``python -m airflow_trickle.spark.jars [--s3]`` resolves them ahead of time.
+``python -m airflow_trickle.spark.resolve [--s3]`` resolves them ahead of time.
 The cache folder is ``$TRICKLE_JAR_CACHE`` or ``~/.cache/airflow_trickle``.
 """
 from __future__ import annotations
@@ -157,25 +157,3 @@ def s3a_jars() -> list[str]:
                       f"{importlib.metadata.version('pyspark')}); put org.apache.hadoop:hadoop-aws:{hadoop} and "
                       "the AWS SDK it names into spark_conf['spark.jars']")
     return [str(maven_artifact(*coordinates)) for coordinates in artifacts]
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if "--s3" in args or (os.environ.get("TRICKLE_WAREHOUSE") or "").startswith(("s3://", "s3a://")):
-        s3a_jars()
-    if "spark.jars" in delta_jars_conf():
-        return 0
-    from airflow_trickle.config import TrickleConfig
-    from airflow_trickle.spark.session import build_session
-
-    with tempfile.TemporaryDirectory() as warehouse:
-        spark = build_session(TrickleConfig(spark_master="local[1]"), warehouse)
-        spark.sql("SELECT 1").collect()
-        spark.stop()
-    ok = "spark.jars" in delta_jars_conf()
-    print("Delta jars resolved" if ok else "Delta jars could not be resolved", file=sys.stderr)
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

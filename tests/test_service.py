@@ -45,7 +45,7 @@ def listening(pid: int) -> set[str]:
     import psutil
 
     root = psutil.Process(pid)
-    return {c.laddr.ip for p in [root, *root.children(recursive=True)]
+    return {c.laddr.ip.removeprefix("::ffff:") for p in [root, *root.children(recursive=True)]  # IPv4 on IPv6
             for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
 
 

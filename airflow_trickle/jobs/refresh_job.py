@@ -56,7 +56,7 @@ def ensure_stream_table(tr, spec: StreamTableSpec, job: dict | None = None) -> A
     project, its file, ``on_change``).  What was done, or None when nothing differed.
     """
     job = job or {}
-    return apply_table(tr, spec, owner=(job.get("project") or "", job.get("file")),
+    return apply_table(tr, spec, owner=(job["project"], job.get("file")) if job.get("project") else None,
                        on_change=job.get("on_change", "apply"))
 
 

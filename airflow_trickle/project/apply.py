@@ -74,14 +74,16 @@ def apply_project(tr, project: Project, *, prune: bool | None = None, adopt: boo
     return done
 
 
-def apply_table(tr, spec: StreamTableSpec, *, owner: tuple[str, str | None], on_change: str = "apply") -> Applied | None:
+def apply_table(tr, spec: StreamTableSpec, *, owner: tuple[str, str | None] | None,
+                on_change: str = "apply") -> Applied | None:
     """Bring one stream table in line with its project's ``spec`` (a refresh task's first step);
-    None when it already is.  ``on_change`` ``stop``: a table that differs is refused instead."""
+    None when it already is.  ``on_change`` ``stop``: a table that differs is refused instead.
+    ``owner``: ``(project, file)``; None leaves ownership alone."""
     current = tr.catalog.get(spec.name)
     if current is None:
         return _carry_out(tr, spec, TablePlan(spec.name, Change.CREATE), owner)
     table = compared(spec, current)
-    if current.owner not in (None, owner[0]):
+    if owner is not None and current.owner not in (None, owner[0]):
         raise DefinitionError(f"project {owner[0]!r} declares it, but project {current.owner!r} owns it",
                               stream_table=spec.name, hint="rename it in one of the projects, or move it with "
                                                            "`trickle apply --adopt`")
@@ -89,12 +91,12 @@ def apply_table(tr, spec: StreamTableSpec, *, owner: tuple[str, str | None], on_
         raise DefinitionError(f"the project file changes it ({', '.join(table.changes)}) and the project's "
                               "deploy.on_change is 'stop'", stream_table=spec.name,
                               hint="review `trickle plan` and run `trickle apply`")
-    if table.change == Change.UNCHANGED and not table.claims:
+    if table.change == Change.UNCHANGED and (owner is None or not table.claims):
         return None
     return _carry_out(tr, spec, table, owner)
 
 
-def _carry_out(tr, spec: StreamTableSpec, table: TablePlan, owner: tuple[str, str | None]) -> Applied:
+def _carry_out(tr, spec: StreamTableSpec, table: TablePlan, owner: tuple[str, str | None] | None) -> Applied:
     if table.change == Change.CREATE:
         tr.create_stream_table(spec.name, spec.query, schedule=spec.schedule, refresh_mode=spec.refresh_mode,
                                options=spec.options(), owner=owner)
@@ -103,9 +105,9 @@ def _carry_out(tr, spec: StreamTableSpec, table: TablePlan, owner: tuple[str, st
         tr.alter_stream_table(spec.name, owner=owner)
         return Applied(spec.name, "CLAIMED")
     current = tr.get(spec.name)
-    if owner[1] is None and current.owner == owner[0]:  # a project defined in Python: keep the file on record
-        owner = (owner[0], current.owner_file)
-    changes: dict = {"options": wanted_options(spec, current.options), "replace_options": True, "owner": owner}
+    changes: dict = {"options": wanted_options(spec, current.options), "replace_options": True}
+    if owner is not None:  # a project defined in Python (no file) keeps the file on record
+        changes["owner"] = (owner[0], current.owner_file) if owner[1] is None and current.owner == owner[0] else owner
     if table.query_changed:
         changes.update(query=spec.query, reinitialize_readers=True)
     if (current.schedule or None) != spec.schedule:

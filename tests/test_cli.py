@@ -95,3 +95,12 @@ def test_trickle_refuses_unknown_settings_and_settings_beside_a_config_and_close
     with Trickle(str(tmp_path)) as tr:  # no Spark was started, so closing stops nothing
         assert tr.warehouse == str(tmp_path)
     assert tr._spark is None
+
+
+def test_options_may_follow_the_verb():
+    from airflow_trickle.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--master", "local[1]", "--warehouse", "/w", "--port", "0"])
+    assert (args.master, args.warehouse, args.port) == ("local[1]", "/w", 0)
+    args = build_parser().parse_args(["--master", "local[2]", "status", "--remote", "sc://127.0.0.1:1"])
+    assert (args.master, args.remote) == ("local[2]", "sc://127.0.0.1:1")

@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: $TRICKLE_WAREHOUSE)")
     common.add_argument("--storage-option", action="append", metavar="KEY=VALUE", dest="verb_storage_option",
                         default=argparse.SUPPRESS, help="how to reach an object-store warehouse (repeatable)")
+    common.add_argument("--master", default=argparse.SUPPRESS, help="Spark master (default: local[*])")
+    common.add_argument("--remote", default=argparse.SUPPRESS, help="Spark service address sc://host:port")
     verbs = parser.add_subparsers(dest="verb", required=True)
     add_verb = verbs.add_parser
 

@@ -116,3 +116,12 @@ def test_a_table_no_project_owns_is_claimed():
     plan = plan_project(project(), *registered(owner=None))
     assert all(t.claims for t in plan.tables) and plan.has_changes and "claimed by the project" in plan.text()
     assert plan.to_json()["tables"][0]["claims"] is True
+
+
+def test_an_alter_interrupted_before_its_rows_were_replaced_is_finished_by_the_next_apply():
+    rows, deps = registered()
+    rows[0].needs_reinit = True  # the catalog holds the new query; the stored rows are the old one's
+    table = plan_project(project(), rows, deps).tables[0]
+    assert table.change == Change.ALTER and table.changes == ("reinitialize (its rows are not yet its query's)",)
+    plan = plan_project(project(deploy={"on_change": "stop"}), rows, deps)
+    assert plan.has_changes and not plan.file_changed and table.file_changes == ()  # no reason to stop a run

@@ -49,7 +49,7 @@ class StreamTableSelectionOperator(BaseOperator):
         text = run if not changes.has_changes else f"{run}\n{changes.text()}"
         self.log.info("%s", text)
         write_run_note(self.project.airflow.notes_connection, context, text)
-        if changes.refusals or (changes.has_changes and self.project.deploy.on_change == "stop"):
+        if changes.refusals or (changes.file_changed and self.project.deploy.on_change == "stop"):
             why = ("refused: " + "; ".join(f"{t.name}: {t.refused}" for t in changes.refusals) if changes.refusals
                    else "the project file changes the warehouse and deploy.on_change is 'stop': review the plan "
                         "and run `trickle apply`")

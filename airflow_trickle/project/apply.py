@@ -87,7 +87,7 @@ def apply_table(tr, spec: StreamTableSpec, *, owner: tuple[str, str | None] | No
         raise DefinitionError(f"project {owner[0]!r} declares it, but project {current.owner!r} owns it",
                               stream_table=spec.name, hint="rename it in one of the projects, or move it with "
                                                            "`trickle apply --adopt`")
-    if table.change == Change.ALTER and on_change == "stop":
+    if table.file_changes and on_change == "stop":
         raise DefinitionError(f"the project file changes it ({', '.join(table.changes)}) and the project's "
                               "deploy.on_change is 'stop'", stream_table=spec.name,
                               hint="review `trickle plan` and run `trickle apply`")
@@ -115,6 +115,8 @@ def _carry_out(tr, spec: StreamTableSpec, table: TablePlan, owner: tuple[str, st
     if str(current.refresh_mode) != str(spec.refresh_mode):
         changes["refresh_mode"] = spec.refresh_mode
     tr.alter_stream_table(spec.name, **changes)
+    if tr.get(spec.name).needs_reinit:  # an earlier ALTER, interrupted before its rows were replaced
+        tr.refresh_stream_table(spec.name, initiated_by="APPLY")
     return Applied(spec.name, "ALTERED", ", ".join(table.changes))
 
 

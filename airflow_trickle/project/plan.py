@@ -89,6 +89,11 @@ class TablePlan:
         return "query" in self.changes
 
     @property
+    def file_changes(self) -> tuple[str, ...]:
+        """What the project file changes (an interrupted ALTER to finish is not the file's)."""
+        return tuple(c for c in self.changes if c != REINITIALIZE)
+
+    @property
     def claims(self) -> bool:
         """Whether applying makes the project the owner of a table no project owned."""
         return self.change in (Change.ALTER, Change.UNCHANGED) and self.owner is None
@@ -126,6 +131,11 @@ class ProjectPlan:
         return any(t.change != Change.UNCHANGED or t.claims for t in self.tables)
 
     @property
+    def file_changed(self) -> bool:
+        """Whether the project file asks for a change (``deploy.on_change: stop`` stops on it)."""
+        return any(t.change in (Change.CREATE, Change.REMOVE) or t.file_changes or t.claims for t in self.tables)
+
+    @property
     def refusals(self) -> list[TablePlan]:
         return [t for t in self.tables if t.refused]
 
@@ -144,6 +154,10 @@ class ProjectPlan:
         return json.loads(json.dumps({
             "project": self.project, "prune": self.prune, "has_changes": self.has_changes,
             "tables": [{**asdict(t), "claims": t.claims} for t in self.tables]}))
+
+
+#: What a plan says of a table whose rows still await its new query (an interrupted ALTER).
+REINITIALIZE = "reinitialize (its rows are not yet its query's)"
 
 
 def plan_project(project: Project, registered: list, dependencies: list, *, columns: ColumnsOf | None = None,
@@ -207,6 +221,8 @@ def compared(spec: StreamTableSpec, current) -> TablePlan:
     before, after = _set_options(current.options), _set_options(wanted_options(spec, current.options))
     if before != after:
         changes.append(f"options {before} -> {after}")
+    if current.needs_reinit:  # an ALTER interrupted before its rows were replaced: apply finishes it
+        changes.append(REINITIALIZE)
     return TablePlan(spec.name, Change.ALTER if changes else Change.UNCHANGED, tuple(changes), owner=current.owner)
 
 

@@ -28,6 +28,11 @@ class CatalogStore(DeltaTables):
 
         return DeltaTable.is_deltatable(self.path("stream_tables"), storage_options=self.storage_options)
 
+    def state(self) -> tuple[list[StreamTable], list[Dependency]]:
+        """Every stream-table row and dependency row; none for a warehouse that has no catalog
+        yet (and none is created: a plan of a new warehouse writes nothing)."""
+        return (self.list(), self.dependencies()) if self.exists() else ([], [])
+
     # -- stream tables ------------------------------------------------------------------------
 
     def get(self, name: str) -> StreamTable | None:

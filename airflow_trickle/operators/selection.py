@@ -50,9 +50,9 @@ class StreamTableSelectionOperator(BaseOperator):
         self.log.info("%s", text)
         write_run_note(self.project.airflow.notes_connection, context, text)
         if changes.refusals or (changes.file_changed and self.project.deploy.on_change == "stop"):
-            why = ("refused: " + "; ".join(f"{t.name}: {t.refused}" for t in changes.refusals) if changes.refusals
-                   else "the project file changes the warehouse and deploy.on_change is 'stop': review the plan "
-                        "and run `trickle apply`")
+            why = (f"refused: {changes.refusal_text()}" if changes.refusals else
+                   "the project file changes the warehouse and deploy.on_change is 'stop': review the plan "
+                   "and run `trickle apply`")
             write_task_note(self.project.airflow.notes_connection, context, f"{why}\n{changes.text()}")
             raise AirflowException(f"{why}\n{changes.text()}")
         pruned = [t.name for t in changes.of(Change.REMOVE)] if changes.prune else []
@@ -63,7 +63,5 @@ class StreamTableSelectionOperator(BaseOperator):
 
     def _deploy_plan(self) -> ProjectPlan:
         """The project file against the catalog (a new warehouse has none: every table is new)."""
-        catalog = TrickleHook(self.project.warehouse, settings=self.project.settings).catalog
-        if not catalog.exists():
-            return plan_project(self.project, [], [])
-        return plan_project(self.project, catalog.list(), catalog.dependencies())
+        return plan_project(self.project, *TrickleHook(self.project.warehouse, settings=self.project.settings)
+                            .catalog.state())

@@ -48,8 +48,7 @@ def plan_for(tr, project: Project, *, analyse: bool = True, prune: bool | None =
         location = catalog.get(name).location
         return row_count(catalog.at(location)) if location else None
 
-    registered, dependencies = (catalog.list(), catalog.dependencies()) if catalog.exists() else ([], [])
-    return plan_project(project, registered, dependencies, columns=columns if analyse else None,
+    return plan_project(project, *catalog.state(), columns=columns if analyse else None,
                         rows_of=rows_of, prune=prune, adopt=adopt)
 
 
@@ -57,9 +56,7 @@ def apply_project(tr, project: Project, *, prune: bool | None = None, adopt: boo
     """Make the warehouse match ``project``: every refusal is raised before anything changes."""
     plan = plan_for(tr, project, prune=prune, adopt=adopt)
     if plan.refusals:
-        raise DefinitionError("the project cannot be applied: " + "; ".join(f"{t.name}: {t.refused}"
-                                                                           for t in plan.refusals),
-                              hint="nothing was changed")
+        raise DefinitionError(f"the project cannot be applied: {plan.refusal_text()}", hint="nothing was changed")
     done = []
     for table in plan.tables:
         if table.change == Change.REMOVE:

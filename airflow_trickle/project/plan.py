@@ -139,6 +139,10 @@ class ProjectPlan:
     def refusals(self) -> list[TablePlan]:
         return [t for t in self.tables if t.refused]
 
+    def refusal_text(self) -> str:
+        """``s.a: owned by project 'x' ...; s.b: ...``: why applying is refused."""
+        return "; ".join(f"{t.name}: {t.refused}" for t in self.refusals)
+
     def text(self) -> str:
         shown = [t.text() for t in self.tables if t.change != Change.UNCHANGED or t.claims]
         declared = [t for t in self.tables if t.change != Change.REMOVE]

@@ -278,7 +278,7 @@ class Trickle:
         """The join arrangements kept in ``arrangement_dir`` (``docs/how-it-works.md``) -- by every
         process and warehouse that shares the folder, within its one ``arrangement_max_bytes`` --
         most recently used first, and nothing when they are turned off."""
-        from airflow_trickle.refresh.arranged import arrangements_of
+        from airflow_trickle.refresh.lookup import arrangements_of
 
         kept = arrangements_of(self.config)
         return kept.kept() if kept is not None else []

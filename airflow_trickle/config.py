@@ -59,7 +59,7 @@ class TrickleConfig:
     differential_ratio_min_rows: int = 10_000
     #: A DIFFERENTIAL refresh runs FULL when the stream table's DIFFERENTIAL refreshes, for a
     #: change at least half as large, took more than this many times its FULL ones (the fastest
-    #: of the last three of each, from the history; ``refresh/cost.py``).
+    #: of the last three of each, from the history; ``refresh/time_rule.py``).
     differential_max_time_ratio: float = 1.0
     #: A DIFFERENTIAL change expected to touch at most this many stored rows is committed by
     #: delta-rs in the refreshing process instead of a Spark MERGE (Spark still computes it;

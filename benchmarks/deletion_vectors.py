@@ -267,7 +267,8 @@ def copy_on_write(table_path: str, deletes: pa.Table, inserts: pa.Table, round_n
     """The change applied as ``refresh/local_merge.py`` applies it today (delta-rs's MERGE)."""
     from deltalake import DeltaTable
 
-    from airflow_trickle.refresh.local_merge import ACTION, MATCHED_DUP, MATCHED_ID, _merge
+    from airflow_trickle.refresh.local_merge import _merge
+    from airflow_trickle.refresh.resolution import ACTION, MATCHED_DUP, MATCHED_ID
 
     def resolved(rows: pa.Table, action: str, matched: bool) -> pa.Table:
         rows = rows.append_column(ACTION, pa.array([action] * rows.num_rows))

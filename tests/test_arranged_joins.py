@@ -19,6 +19,7 @@ import shutil
 import pytest
 from hypothesis import given
 
+from airflow_trickle.refresh.lookup import ReadPath
 from tests.oracle import STRATEGIES, batches, oracle_settings, workload
 
 QUERIES = {
@@ -72,12 +73,16 @@ def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_pat
     load = workload(tr, db, tables, QUERIES)
     lagging = f"{db}.lagging"
     seen = []
+    paths: dict[str, list] = {}  # table -> how the parts of its deltas were read (refresh/lookup.PartPath)
+    last = {}  # table -> its last refresh's result
 
     def refresh(names) -> None:
         for name in names:
             result = tr.refresh_stream_table(name)
             assert result.status == "COMPLETED", result
             assert result.action in ("NO_DATA", "DIFFERENTIAL"), (name, result.action, result.reason)
+            paths.setdefault(name.split(".")[-1], []).extend(result.paths)
+            last[name] = result
             load.check(name)
 
     @oracle_settings
@@ -93,19 +98,30 @@ def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_pat
 
     run()
     refresh([lagging])
-    text = caplog.text
-    assert "probed" in text, "no join delta probed an arrangement"
-    assert "touched groups" in text, "no aggregate's touched groups were recomputed from probes"
-    assert "through an aggregate" in text, "no term probed an input through the aggregate it changes"
-    assert "groups by cid: probed" in text, "no subquery's aggregate was recomputed from probes"
-    assert re.search(r"change, outer \([oc] recomputed for its keys\): probed", text), "no outer term probed its inputs"
-    assert "from the changes): probed" in text, "no inner aggregate's groups were looked up by the changes' keys"
-    assert re.search(r"\.top_customers: groups by id \(\d+ from the changes\): probed", text), \
+    probed = {table: [p for p in found if p.path is ReadPath.PROBED] for table, found in paths.items()}
+    every = [p for found in probed.values() for p in found]
+    assert every and all(p.rows >= 0 for p in every), "no join delta probed an arrangement"
+    # the history records the same paths as the result
+    [recorded] = tr.history(f"{db}.three", limit=1)
+    assert recorded.paths == ([p.to_dict() for p in last[f"{db}.three"].paths] or None)
+    assert any(p.part.startswith("touched groups") for p in probed["top"]), \
+        "no aggregate's touched groups were recomputed from probes"
+    assert any("through an aggregate" in p.detail for p in every), \
+        "no term probed an input through the aggregate it changes"
+    assert any(p.part.endswith("groups by cid") for p in probed["exists"] + probed["per_key"]), \
+        "no subquery's aggregate was recomputed from probes"
+    assert any(p.part.endswith("change, outer") and re.match(r" \([oc] recomputed for its keys\)", p.detail)
+               for p in probed["lagging"] + probed["nested"]), "no outer term probed its inputs"
+    assert any(p.part.startswith("groups by") and "from the changes" in p.detail for p in probed["nested"]), \
+        "no inner aggregate's groups were looked up by the changes' keys"
+    assert any(p.part == "groups by id" and re.match(r" \(\d+ from the changes\)", p.detail)
+               for p in probed["top_customers"]), \
         "no top-K's groups were looked up by the changes' keys without counting them"
-    assert re.search(r"\.top_lines: groups by id \(\d+ from the changes, x through o\): probed", text), \
-        "no change reached its groups through another input"
-    narrowed = [(int(kept), int(read)) for kept, read in re.findall(r"\((\d+) of (\d+) rows\)", text)]
+    assert any(p.part == "groups by id" and re.match(r" \(\d+ from the changes, x through o\)", p.detail)
+               for p in probed["top_lines"]), "no change reached its groups through another input"
+    narrowed = [(int(kept), int(read)) for p in every for kept, read in re.findall(r"\((\d+) of (\d+) rows\)", p.detail)]
     assert any(kept < read for kept, read in narrowed), "no change was narrowed by its block's filter"
+    text = caplog.text  # what the arrangements did: in the log
     assert "built at" in text
     assert "caught up" in text or "warm" in text
     assert "wiped" in seen and "lag" in seen
@@ -136,8 +152,8 @@ def test_a_change_reaches_its_groups_through_the_input_between(tr, db, tmp_path,
         with caplog.at_level(logging.INFO, logger="airflow_trickle"):
             result = tr.refresh_stream_table(name)
         assert (result.status, result.action) == ("COMPLETED", "DIFFERENTIAL"), result
-        assert re.search(r"\.top_lines: groups by id \(\d+ from the changes, x through o\): probed", caplog.text), \
-            caplog.text
+        assert any(p.path is ReadPath.PROBED and p.part == "groups by id"
+                   and re.match(r" \(\d+ from the changes, x through o\)", p.detail) for p in result.paths), result.paths
         load.check(name)
 
 
@@ -156,7 +172,7 @@ def test_arrangements_off_and_unprobeable_terms_keep_the_scans(tr, db, tmp_path,
     load.insert("o", [(9, 3, 1, None), (10, None, 2, None)])
     with caplog.at_level(logging.INFO, logger="airflow_trickle"):
         load.refresh_all()
-    assert "scanned (TypeError" in caplog.text  # the string key refused at build
+    assert "scanned (Unarrangeable" in caplog.text  # the string key refused at build
     assert any(folder.iterdir())
     monkeypatch.setattr(tr.config, "arrangement_max_bytes", 0)
     shutil.rmtree(folder)

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from airflow_trickle.dvm.recursive import ReachKey
+from airflow_trickle.dvm.reach import ReachKey
 from airflow_trickle.refresh.arranged_recursion import MAX_COUNTED_LEVELS, reach
 from airflow_trickle.storage.arrangement import Arrangement
 

@@ -12,7 +12,7 @@ import pytest
 
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_trickle.storage.arrangement import Arrangement, Stale
+from airflow_trickle.storage.arrangement import Arrangement, Stale, Unarrangeable
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("n", pa.int64())])
 
@@ -86,7 +86,7 @@ def test_what_it_cannot_give_is_refused(tmp_path):
         arranged.probe([1], 2)  # not caught up
     with pytest.raises(Stale):
         Arrangement.open(tmp_path / "nowhere")
-    with pytest.raises(TypeError, match="integers and dates only"):
+    with pytest.raises(Unarrangeable, match="integers and dates only"):
         Arrangement.build(tmp_path / "by-string", uri, "v", ["k", "v"])
     assert bag(arranged.probe([1, 2, 3], 1)) == expected(uri, 1, [1, 2, 3])
 

@@ -8,7 +8,7 @@ import pytest
 from airflow_trickle.catalog import CatalogStore
 from airflow_trickle.errors import RefreshError, UnsupportedConstructError
 from airflow_trickle.refresh import apply, decide
-from airflow_trickle.refresh.cost import delta_planner
+from airflow_trickle.refresh.time_rule import delta_planner
 from tests.oracle import multiset
 
 pytestmark = pytest.mark.both_spark_modes
@@ -339,7 +339,7 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
     reads the aggregate's stored rows two ways: the whole (small) table, or only the rows the
     change's keys name; the bag table's delta is resolved in this process against the stored
     copies it names (``refresh/local_bag.py``) either way."""
-    from airflow_trickle.refresh import local_bag, local_merge
+    from airflow_trickle.refresh import local_bag, stored_reads
 
     resolved_here = set()  # storage folders of the bag deltas resolved in this process
     real_resolved = local_bag.LocalBag.resolved
@@ -377,7 +377,7 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
             for how in ("local", "keys", "spark"):
                 name = f"{db}.{kind}_{how}"
                 monkeypatch.setattr(tr.config, "local_commit_max_rows", 0 if how == "spark" else 100_000)
-                monkeypatch.setattr(local_merge, "STORED_SHIPPED_WHOLE_ROWS", 0 if how == "keys" else 20_000)
+                monkeypatch.setattr(stored_reads, "STORED_SHIPPED_WHOLE_ROWS", 0 if how == "keys" else 20_000)
                 result = tr.refresh_stream_table(name)
                 assert result.action == "DIFFERENTIAL", (name, result.reason)
                 assert_matches(tr, name, query)
@@ -556,7 +556,7 @@ def test_the_stored_rows_a_small_change_matches_keep_every_type_however_they_are
     too large to read here).  Group keys of every primitive type pass through the matched rows
     unchanged (a timestamp shifted by a time zone, a decimal's scale, a float's precision would
     break the equality), with NULLs and a group that vanishes and comes back."""
-    from airflow_trickle.refresh import local_merge
+    from airflow_trickle.refresh import stored_reads
 
     row, nulls = typed_source(tr, db)
     tr.sql(f"INSERT INTO {db}.typed VALUES {', '.join(row(n, n) for n in range(6))}, {nulls}")
@@ -572,9 +572,9 @@ def test_the_stored_rows_a_small_change_matches_keep_every_type_however_they_are
         for statement in batch:
             tr.sql(statement)
         for way, limits in ways.items():
-            for limit, value in {"STORED_SHIPPED_WHOLE_ROWS": local_merge.STORED_SHIPPED_WHOLE_ROWS,
-                                 "STORED_READ_MAX_ROWS": local_merge.STORED_READ_MAX_ROWS, **limits}.items():
-                monkeypatch.setattr(local_merge, limit, value)
+            for limit, value in {"STORED_SHIPPED_WHOLE_ROWS": stored_reads.STORED_SHIPPED_WHOLE_ROWS,
+                                 "STORED_READ_MAX_ROWS": stored_reads.STORED_READ_MAX_ROWS, **limits}.items():
+                monkeypatch.setattr(stored_reads, limit, value)
             name = f"{db}.typed_{way}"
             assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
             assert tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().engineInfo.startswith("delta-rs"), way
@@ -654,10 +654,10 @@ def test_changes_to_stored_rows_spread_over_many_files_are_all_applied(tr, db, m
     ship whole), one record batch per data file, most of them empty; handed to Spark, every
     row must arrive (PySpark 4.2 dropped them all behind two empty batches: deletes were lost
     once a bag table held a few files, ``spark/engine.frame_of``)."""
-    from airflow_trickle.refresh import local_merge
+    from airflow_trickle.refresh import stored_reads
     from airflow_trickle.storage.deltalog import open_table
 
-    monkeypatch.setattr(local_merge, "STORED_SHIPPED_WHOLE_ROWS", 0)
+    monkeypatch.setattr(stored_reads, "STORED_SHIPPED_WHOLE_ROWS", 0)
     tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")
     tr.sql(f"INSERT INTO {db}.o VALUES (0, 0, 0), (0, 0, 0)")
     name, query = f"{db}.bag", f"SELECT id, cid, amount FROM {db}.o"

@@ -9,7 +9,8 @@ import pytest
 from deltalake import write_deltalake
 
 from airflow_trickle.model import WEIGHT
-from airflow_trickle.refresh.local_merge import resolution, resolved_changes_sql, why_not_writable, writable_columns
+from airflow_trickle.refresh.local_merge import why_not_writable, writable_columns
+from airflow_trickle.refresh.resolution import resolution, resolved_changes_sql
 
 MERGE = ("MERGE INTO `s`.`st` AS t USING (SELECT id, dn, `__trickle_row_id` FROM d) AS s "
          "ON t.`__trickle_row_id` = s.`__trickle_row_id` AND t.`__trickle_dup` = 1 "
@@ -110,7 +111,7 @@ def test_a_bag_delta_is_paired_with_its_stored_copies_as_the_bag_merge_pairs_the
     import random
 
     from airflow_trickle.refresh.local_bag import resolved_bag_changes
-    from airflow_trickle.refresh.local_merge import ACTION, MATCHED_DUP, MATCHED_ID
+    from airflow_trickle.refresh.resolution import ACTION, MATCHED_DUP, MATCHED_ID
 
     rng = random.Random(seed)
     stored_pairs = {(rid, dup) for rid in rng.sample(range(-20, 20), rng.randint(0, 12))

@@ -3,7 +3,7 @@
 ``refresh/narrowing.py`` may keep more rows than the filter (Spark applies all of it after),
 never fewer: each case lists the rows a filter keeps, and the rows Arrow keeps must hold them
 -- exactly them where Arrow tests the whole filter.  The conditions are what
-``dvm/probes.item_conditions`` gives a block's FROM items (pinned by its doctest and below).
+``dvm/conjuncts.item_conditions`` gives a block's FROM items (pinned by its doctest and below).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from sqlglot import parse_one
 
 from airflow_trickle.dvm.planner import plan
-from airflow_trickle.dvm.probes import item_conditions
+from airflow_trickle.dvm.conjuncts import item_conditions
 from airflow_trickle.refresh.narrowing import arrow_condition, narrowed
 from airflow_trickle.sql.parse import DIALECT
 

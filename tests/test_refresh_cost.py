@@ -13,9 +13,10 @@ from airflow_trickle.dvm.delta_plan import plan_refresh
 from airflow_trickle.dvm.bag import bag_append_sql
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.model import Action, StorageLayout
-from airflow_trickle.refresh.cost import (MAX_FANOUT_REMEASURE_AFTER, REMEASURE_AFTER, ChangeEstimate, MeasuredFanout,
-                                          ObservedTimes, carried_fanout, delta_planner, full_is_cheaper,
-                                          observed_fanout, observed_times, slower_than_full)
+from airflow_trickle.refresh.cost import (MAX_FANOUT_REMEASURE_AFTER, ChangeEstimate, MeasuredFanout, carried_fanout,
+                                          full_is_cheaper, observed_fanout)
+from airflow_trickle.refresh.time_rule import (REMEASURE_AFTER, ObservedTimes, delta_planner, observed_times,
+                                               slower_than_full)
 from airflow_trickle.refresh.phases import PhaseClock, format_phases
 
 LIMITS = {"max_change_ratio": 0.15, "max_touched_ratio": 0.5}

@@ -15,7 +15,7 @@ def _rows_text(kept: dict) -> str:
 
 def _arrangements_line(tr) -> str:
     """``health``'s last line: the join arrangements kept here, and their bound."""
-    from airflow_trickle.refresh.arranged import arrangements_of
+    from airflow_trickle.refresh.lookup import arrangements_of
 
     kept = arrangements_of(tr.config)
     if kept is None:

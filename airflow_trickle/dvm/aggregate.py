@@ -24,17 +24,18 @@ from airflow_trickle.sql.parse import DIALECT
 def aggregate_delta(block, v: Versions) -> exp.Query:
     """Δγ = −γ(old input | K) + γ(new input | K), K the groups the input delta touches."""
     projected = [exp.column(c, quoted=True) for c in block.columns]
-    whole = v.groups_probed_whole(block)
+    looked_up = v.bindings.group_rows(block)
+    whole = looked_up is not None and looked_up.whole
     keys = None if whole else affected_groups(block, v)
     sides = []
     for which, sign, alias in (("old", -1, "__old"), ("new", 1, "__new")):
         select = block.template.copy() if whole else restricted(block, v, keys)
         parts = [n.state(v, which) for _, n in block.items]
-        probed = v.group_probed(block, which)
+        probed = looked_up.at(which) if looked_up is not None else None
         if probed:  # the inputs looked up by the groups' keys (``refresh/arranged.py``)
             # (what the block reads of each item: the restriction's subquery has aliases of its own)
             parts = with_probed(block.template, block, parts, None, probed)
-            nulls = v.null_group_rows(block)
+            nulls = looked_up.null_rows
             if nulls is not None:
                 parts = [_with_null_keys(part, node, v, which, nulls, probed.get(i))
                          for i, (part, (_, node)) in enumerate(zip(parts, block.items))]
@@ -57,8 +58,8 @@ def _with_null_keys(part: exp.Query, node, v: Versions, which: str, key: str, pr
 
 def affected_groups(block, v: Versions) -> exp.Query:
     """K: the hashes of the groups the input delta touches, as ``__trickle_row_id`` (literals
-    when a refresh counted them: :meth:`Versions.known_groups`)."""
-    known = v.known_groups(block)
+    when a refresh counted them: ``Bindings.touched_groups``)."""
+    known = v.bindings.touched_groups(block)
     if known is not None:
         if not known:
             return parse_sql(f"SELECT CAST(NULL AS BIGINT) AS {ROW_ID} WHERE false")
@@ -87,7 +88,7 @@ def restricted(block, v: Versions, keys: exp.Query | str, select: exp.Select | N
         keys = keys if isinstance(keys, exp.Expression) else parse_sql(keys)
         wanted = exp.select(ROW_ID).from_(keys.subquery())
         select = select.where(exp.In(this=hash_expression(block), query=wanted.subquery()), copy=False)
-    for condition in known_group_filters(block, v.known_groups(block)):
+    for condition in known_group_filters(block, v.bindings.touched_groups(block)):
         select = select.where(condition, copy=False)
     return select
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import sqlglot
 from sqlglot import exp
 
+from airflow_trickle.dvm.bindings import Bindings
 from airflow_trickle.model import WEIGHT
 from airflow_trickle.sql.parse import DIALECT
 
@@ -38,11 +39,9 @@ class Unsupported(Exception):
 
 
 @dataclass
-
-
 class Versions:
     """Source versions a delta is computed between, how to read each source's changes, and what
-    a refresh has computed already of the delta (``bound``)."""
+    a refresh has computed already of the delta (``bindings``)."""
 
     old: dict[str, int]
     new: dict[str, int]
@@ -50,55 +49,13 @@ class Versions:
     use_cdf: dict[str, bool] = field(default_factory=dict)
     #: Consolidate each source's change rows (a GROUP BY per source); the appliers do not need it.
     consolidate: bool = True
-    #: Facts a refresh computed before its applying statement (``refresh/differential.py``),
-    #: keyed by the operator they belong to: the groups an aggregate's input delta touches
-    #: (:meth:`known_groups`), the views holding parts of a recursive CTE's delta
-    #: (:meth:`view_of`) and the inputs a join-delta term probed (:meth:`probed`), or a
-    #: recompute of touched groups (:meth:`group_probed`).  The operator tree itself is never changed after planning.
-    bound: dict = field(default_factory=dict, compare=False)
+    #: What a refresh computed before its applying statement (``refresh/differential.py``),
+    #: for the operators to read instead of computing it; never the operator tree itself.
+    bindings: Bindings = field(default_factory=Bindings, compare=False)
 
-    def bind(self, node: "Node", what: str, value) -> "Versions":
-        """These versions with ``value`` known for ``what`` of ``node`` (a new object)."""
-        return replace(self, bound={**self.bound, (id(node), what): value})
-
-    def known_groups(self, node: "Node") -> list[tuple] | None:
-        """The groups an aggregate's input delta touches, as ``(hash, value of each GROUP BY
-        expression)``, when a refresh counted them and found them few; None: not known."""
-        return self.bound.get((id(node), "groups"))
-
-    def view_of(self, node: "Node", part: str) -> str | None:
-        """The view a refresh computed ``part`` of ``node``'s delta into, if it did."""
-        return self.bound.get((id(node), part))
-
-    def probed(self, node: "Node", changed: int) -> dict[int, tuple[str, tuple[str, ...]]] | None:
-        """The relations a refresh probed for the term of ``node``'s join delta that joins the
-        change of FROM item ``changed`` (``dvm/probes.py``): FROM item -> (view, its columns);
-        the changed item's view holds its change rows with their weights."""
-        return self.bound.get((id(node), f"probed {changed}"))
-
-    def group_probed(self, node: "Node", which: str) -> dict[int, tuple[str, tuple[str, ...]]] | None:
-        """The relations a refresh probed to recompute ``node``'s touched groups at the ``which``
-        versions (``dvm/probes.py``'s :func:`group_probes`): FROM item -> (view, its columns)."""
-        return self.bound.get((id(node), f"groups {which}"))
-
-    def outer_probed(self, node: "Node", changed: int, which: str) -> dict[int, tuple[str, tuple[str, ...]]]:
-        """The relations a refresh probed for the outer term of ``node``'s FROM item ``changed``
-        at the ``which`` side (``dvm/probes.py``'s :class:`OuterTerm`): FROM item -> (view, its
-        columns); empty when it probed none."""
-        return {**self.bound.get((id(node), f"outer {changed}"), {}),
-                **self.bound.get((id(node), f"outer {changed} {which}"), {})}
-
-    def groups_probed_whole(self, node: "Node") -> bool:
-        """Whether the relations bound for ``node``'s touched groups (:meth:`group_probed`) hold
-        every row of a superset of those groups and nothing else: the recompute then needs no
-        filter by the groups the input delta touches -- an unchanged group's rows come out alike
-        before and after and cancel -- and the input delta is not computed at all."""
-        return bool(self.bound.get((id(node), "groups whole")))
-
-    def null_group_rows(self, node: "Node") -> str | None:
-        """The column whose NULL rows a refresh left out of ``node``'s probed touched groups (an
-        arrangement holds no NULL key): the recompute reads those rows from the table itself."""
-        return self.bound.get((id(node), "groups nulls"))
+    def bound(self, bindings: Bindings) -> "Versions":
+        """These versions with ``bindings`` instead of their own (a new object)."""
+        return replace(self, bindings=bindings)
 
     def changed(self, name: str) -> bool:
         return self.old.get(name) != self.new.get(name)
@@ -138,6 +95,11 @@ class Node:
 
     def explain(self, depth: int = 0) -> list[str]:
         raise NotImplementedError
+
+    def keyed(self):
+        """This operator as an aggregate of one stored table grouped by its columns
+        (``dvm/keyed.Keyed``), looked up through that table; None for any other operator."""
+        return None
 
 
 def operators(node: Node):

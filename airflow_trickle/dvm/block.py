@@ -24,6 +24,7 @@ from sqlglot import exp
 
 from airflow_trickle.dvm import aggregate, generator
 from airflow_trickle.dvm.base import ITEM, Node, Versions, group_hash
+from airflow_trickle.dvm.keyed import Keyed, keyed_block
 from airflow_trickle.dvm.join import KEY, JoinKind, JoinStep, join_delta
 from airflow_trickle.dvm.outer_join import outer_join_terms
 from airflow_trickle.dvm.window import window_delta
@@ -31,8 +32,6 @@ from airflow_trickle.sql.parse import DIALECT
 
 
 @dataclass
-
-
 class Block(Node):
     """One SELECT: its FROM items joined, filtered by WHERE, projected or aggregated.
 
@@ -66,6 +65,9 @@ class Block(Node):
 
     def sources(self) -> set[str]:
         return set().union(*(node.sources() for _, node in self.items))
+
+    def keyed(self) -> Keyed | None:
+        return keyed_block(self)
 
     def children(self) -> list[Node]:
         return [node for _, node in self.items]

@@ -22,12 +22,18 @@ into the tree.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
+
+from sqlglot import exp
 
 from airflow_trickle.dvm import planner
 from airflow_trickle.dvm.base import Node, Unsupported, Versions, operators
+from airflow_trickle.dvm.block import Block
+from airflow_trickle.dvm.recursive import Recursive
+from airflow_trickle.dvm.topk import TopK
 from airflow_trickle.model import Strategy
+from airflow_trickle.sql.parse import non_monotone_constructs, parse_query
 
 #: Up to this many groups touched by an aggregate's input delta are written into the SQL as
 #: literals (a refresh counts them first: ``refresh/differential.py``); more are left to a
@@ -132,11 +138,6 @@ def plan_refresh(st, versions: Versions, *, insert_only: bool = False) -> DeltaP
     say so: appends, insert-only MERGEs of an upstream); a bag table whose query is monotone
     then appends its delta, which has no negative weight.
     """
-    from airflow_trickle.dvm.block import Block
-    from airflow_trickle.dvm.recursive import Recursive, read_old_from_storage
-    from airflow_trickle.dvm.topk import TopK
-    from airflow_trickle.sql.parse import non_monotone_constructs, parse_query
-
     if set(st.frontier) != set(versions.new):
         raise Unsupported("the set of sources differs from the frontier")
     strategy = st.storage.strategy or Strategy.BAG
@@ -160,3 +161,26 @@ def plan_refresh(st, versions: Versions, *, insert_only: bool = False) -> DeltaP
     return DeltaPlan(st=st, node=node, strategy=strategy, versions=versions,
                      kind=PlanKind.APPEND if appending else PlanKind.MERGE, checkpoints=checkpoints,
                      top_k=top_k, counted_groups=counted)
+
+
+def read_old_from_storage(node: Node, stored: str, stored_columns: list[str]) -> Node:
+    """``node``, or, when it is ``SELECT <r's columns> FROM r`` over a recursive CTE r, a copy
+    whose r reads its old rows from the stream table (``stored``, visible ``stored_columns``)
+    instead of recomputing the recursion at the old versions: the stored rows *are* r at the old
+    frontier.  Anything else (a filter, other columns, an aggregate over r) is returned as it is."""
+    if not (isinstance(node, Block) and len(node.items) == 1 and isinstance(node.items[0][1], Recursive)):
+        return node
+    alias, recursive = node.items[0]
+    template = node.template
+    if node.is_aggregate or node.window_keys is not None or any(
+            template.args.get(k) for k in ("where", "joins", "laterals", "having", "qualify", "distinct")):
+        return node
+    projected = [e.this if isinstance(e, exp.Alias) else e for e in template.expressions]
+    if not all(isinstance(e, exp.Column) and e.table in ("", alias) for e in projected) \
+            or [e.name for e in projected] != recursive.columns or len(stored_columns) != len(recursive.columns):
+        return node
+    renamed = ", ".join(f"`{s}` AS `{c}`" for s, c in zip(stored_columns, recursive.columns))
+    db, table = stored.split(".", 1)
+    reading_storage = replace(recursive, stored_old=f"(SELECT {renamed} FROM `{db}`.`{table}`) AS __stored",
+                              stored_columns=tuple(stored_columns))
+    return replace(node, items=[(alias, reading_storage)])

@@ -65,7 +65,7 @@ def join_delta(block, v: Versions, expressions: list[exp.Expression], outer_term
             term = select.copy()
             term.append("expressions", exp.column(W, table=alias, quoted=True).as_(W))
             parts = before + [node.delta(v)] + after
-            probed = v.probed(block, i)
+            probed = v.bindings.probed_term(block, i)
             if probed:
                 parts = with_probed(term, block, parts, i, probed)
             terms.append(block.render(term, parts))
@@ -80,15 +80,13 @@ def join_delta(block, v: Versions, expressions: list[exp.Expression], outer_term
 def with_probed(term: exp.Select, block, parts: list[exp.Query], changed: int | None,
                 probed: dict[int, tuple[str, tuple[str, ...]]]) -> list[exp.Query]:
     """``parts`` with each probed FROM item read from the relation the refresh probed into
-    (``dvm/probes.py``), where that relation holds every column of the item the term reads
-    (the ``changed`` item's holds its change rows and their weights too); an item that is an
-    aggregate of one table (``probes.keyed``) is that aggregate over the table's rows found."""
-    from airflow_trickle.dvm.probes import keyed
-
+    (``dvm/bindings.Relations``), where that relation holds every column of the item the term
+    reads (the ``changed`` item's holds its change rows and their weights too); an item that is
+    an aggregate of one table (``dvm/keyed.py``) is that aggregate over the table's rows found."""
     parts = list(parts)
     for item, (view, columns) in probed.items():
         alias, node = block.items[item]
-        aggregated = keyed(node)
+        aggregated = node.keyed()
         if aggregated is not None:
             # an aggregate of one table, probed through it: the aggregate of the rows found (its
             # own change, when it is the changed item, is its delta, left as it is)

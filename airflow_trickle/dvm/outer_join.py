@@ -10,7 +10,7 @@ Rows whose join key is outside K have the same partners before and after, so the
 are never computed: K restricts Ri's scan, the other side's rows (a LEFT SEMI JOIN on the key)
 and, for FULL, both inputs.  NULL keys are compared NULL-safely here, so a FULL join's
 NULL-keyed rows (always padded) follow too.  A refresh may hand the inputs in already looked up
-by the change's keys (``dvm/probes.OuterTerm``); K still restricts them.
+by the change's keys (``dvm/outer_terms.OuterTerm``); K still restricts them.
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def outer_join_terms(block, v: Versions, i: int, select: exp.Select,
     terms = []
     for which, sign in (("new", 1), ("old", -1)):
         parts = before + [node.state(v, which)] + after
-        probed = v.outer_probed(block, i, which)
+        looked_up = v.bindings.outer_term(block, i)
+        probed = looked_up.at(which) if looked_up is not None else None
         if probed:  # inputs looked up by the change's keys (``refresh/arranged.py``): supersets of K
             parts = with_probed(block.template, block, parts, None, probed)
         for j, exprs in restrict.items():

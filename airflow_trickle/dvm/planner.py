@@ -15,13 +15,14 @@ from sqlglot import exp
 from airflow_trickle.dvm.base import ITEM, Node, Unsupported
 from airflow_trickle.dvm.block import Block, JoinKind, JoinStep
 from airflow_trickle.dvm.generator import has_generators
+from airflow_trickle.dvm.join_plan import join_kind, join_step
 from airflow_trickle.dvm.rewrites import SubqueryRefused, normalize
 from airflow_trickle.dvm.set_all import SetAll
 from airflow_trickle.dvm.scan import Scan
 from airflow_trickle.dvm.topk import SortKey, TopK
 from airflow_trickle.dvm.union import UnionAll
 from airflow_trickle.names import DEFAULT_DATABASE
-from airflow_trickle.sql.parse import DIALECT, conjuncts, parse_query, table_name
+from airflow_trickle.sql.parse import DIALECT, conjuncts, parse_query, source_names, table_name
 
 
 _UNSUPPORTED_NODES = {
@@ -178,7 +179,7 @@ def _plan_select(select: exp.Select, columns, database, ctes: dict[str, Node]) -
     slots: list[exp.Expression] = [from_]
     kinds = [JoinKind.INNER]
     for index, join in enumerate(template.args.get("joins") or [], start=1):
-        kinds.append(_join_kind(join, index, from_))
+        kinds.append(join_kind(join, index, from_))
         slots.append(join)
     items: list[tuple[str, Node]] = []
     for index, slot in enumerate(slots):
@@ -202,7 +203,7 @@ def _plan_select(select: exp.Select, columns, database, ctes: dict[str, Node]) -
         if isinstance(node, Scan):
             node.columns = read_columns(template, alias, node.columns)
     aliases = [alias for alias, _ in items]
-    steps = [JoinStep()] + [_join_step(slot, kind, aliases[:i], aliases[i]) for i, (slot, kind)
+    steps = [JoinStep()] + [join_step(slot, kind, aliases[:i], aliases[i]) for i, (slot, kind)
                             in enumerate(zip(slots[1:], kinds[1:]), start=1)]
     names = [e.alias_or_name for e in select.expressions]
     group = select.args.get("group")
@@ -322,63 +323,9 @@ def _window_keys(windows: list[exp.Window]) -> list[exp.Expression]:
     return [e.copy() for e in (shared or {}).values()]
 
 
-def _join_kind(join: exp.Join, index: int, from_: exp.From) -> JoinKind:
-    """The kind of a join; ``A RIGHT JOIN B`` as the first join is rewritten ``B LEFT JOIN A``."""
-    side, kind = (join.side or "").upper(), (join.kind or "").upper()
-    label = " ".join(p for p in (side, kind) if p) + " JOIN"
-    if join.args.get("using"):
-        raise Unsupported("JOIN ... USING")  # qualification turns USING into ON; defensive
-    if not side and kind in ("", "INNER", "CROSS"):
-        return JoinKind.INNER
-    if side == "LEFT" and kind in ("", "OUTER", "SEMI", "ANTI") or not side and kind in ("SEMI", "ANTI"):
-        return JoinKind.LEFT
-    if side in ("RIGHT", "FULL") and kind in ("", "OUTER"):
-        if index != 1:
-            raise Unsupported(f"{label} after another join (write the query so that it is the first join, "
-                              "or use a subquery)")
-        if side == "FULL":
-            return JoinKind.FULL
-        first, other = from_.this, join.this
-        from_.set("this", other)
-        join.set("this", first)
-        join.set("side", "LEFT")
-        return JoinKind.LEFT
-    raise Unsupported(label)
-
-
-def _join_step(join: exp.Join, kind: JoinKind, outer: list[str], item: str) -> JoinStep:
-    """The step of a join: its kind and the equalities of its ON clause between the two sides.
-
-    An outer join needs at least one: its delta is computed per join-key value.
-    """
-    if kind is JoinKind.INNER:
-        return JoinStep()
-    pairs = []
-    for conjunct in conjuncts(join.args.get("on")):  # ON (a.k = b.k) is an equality too
-        if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
-            continue
-        left, right = _tables(conjunct.this), _tables(conjunct.expression)
-        if left and right and left <= set(outer) and right == {item}:
-            pairs.append((conjunct.this, conjunct.expression))
-        elif left and right and right <= set(outer) and left == {item}:
-            pairs.append((conjunct.expression, conjunct.this))
-    if not pairs:
-        raise Unsupported(f"{kind.upper()} JOIN without an equality between its two sides in ON")
-    return JoinStep(kind=kind, outer_keys=[o.copy() for o, _ in pairs], item_keys=[i.copy() for _, i in pairs])
-
-
-def _tables(expression: exp.Expression) -> set[str]:
-    """The table aliases a (qualified) expression reads; a subquery in it reads 'other' ones."""
-    if expression.find(exp.Select):
-        return {"?"}
-    return {column.table for column in expression.find_all(exp.Column)}
-
-
 def unsupported_constructs(defining_query: str, columns: dict[str, list[str]] | None = None) -> list[str]:
     """Why DIFFERENTIAL cannot maintain ``defining_query`` (empty when it can)."""
     try:
-        from airflow_trickle.sql.parse import source_names
-
         if columns is None:
             columns = {name: [] for name in source_names(parse_query(defining_query))}
         plan(defining_query, {k: v or ["__any"] for k, v in columns.items()})

@@ -38,11 +38,13 @@ join or subquery.  Anything else is refused with its name (the table then refres
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sqlglot import exp
+from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
 
 from airflow_trickle.dvm.base import W, Node, Versions, parse_sql
+from airflow_trickle.dvm.reach import ReachKey, reach_key
 from airflow_trickle.dvm.scan import Scan
 from airflow_trickle.sql.parse import DIALECT
 
@@ -74,20 +76,6 @@ def _cols(columns: list[str], prefix: str = "") -> str:
     return ", ".join(f"{prefix}`{c}`" for c in columns)
 
 
-@dataclass(frozen=True)
-class ReachKey:
-    """How a recursive term joins its other table E: on ``E.other_key = r.self_key``, and the row
-    it makes carries ``E.next_key`` as its ``self_key`` (None: r's own value, passed on).  The
-    keys of a level are then known from the level before and E alone, so the rows of E a
-    recursion can reach are found by following the keys through E, without the term's other
-    columns; ``columns``, E's columns the term reads."""
-
-    other_key: str
-    self_key: str
-    next_key: str | None
-    columns: tuple[str, ...]
-
-
 @dataclass
 
 
@@ -107,8 +95,7 @@ class Recursive(Node):
     #: rows then need no recursion from the base: see :func:`read_old_from_storage`).
     stored_old: str | None = None
     #: The stream table's columns in r's order, when ``stored_old`` reads it (else empty): a
-    #: refresh may read the few stored rows the seeds join instead (:meth:`Versions.view_of`
-    #: ``"old joined"``).
+    #: refresh may read the few stored rows the seeds join instead (``Bindings.old_joined``).
     stored_columns: tuple[str, ...] = ()
 
     def sources(self) -> set[str]:
@@ -202,12 +189,12 @@ class Recursive(Node):
 
         One WITH for all, each part named once: Spark (4.2) fails to plan a WITH nested in a
         CTE's definition (InlineCTE: "key not found").  A part computed already for this
-        refresh (:meth:`Versions.view_of`) is read from its view.
+        refresh (``Bindings.part``) is read from its view.
         """
         parts = self._parts(v)
         recursive = False
         for index, (name, definition, is_recursive) in enumerate(parts):
-            view = v.view_of(self, name)
+            view = v.bindings.part(self, name)
             if view is not None:
                 parts[index] = (name, f"{name} AS (SELECT * FROM {view})", False)
             else:
@@ -244,7 +231,7 @@ class Recursive(Node):
                                      f"SELECT {e}, -{_MULT} FROM __trickle_e_removed)", False),
                 ("__trickle_e_new", f"__trickle_e_new AS ({e_at('new')})", False)]
             kept_e, new_e, old_e = "__trickle_e_kept", "__trickle_e_new", "__trickle_e_old"
-        joined = v.view_of(self, "old joined")
+        joined = v.bindings.old_joined(self)
         if joined is not None:  # r's stored rows whose key E's change holds: all the seeds join
             old_rows = f"SELECT {cols} FROM {joined}"
         elif self.stored_old is not None:
@@ -265,11 +252,11 @@ class Recursive(Node):
         if self.other is not None:
             removed_seed += " UNION ALL " + self._step("__trickle_old", "__trickle_e_removed", counted=True)
             added_seed += " UNION ALL " + self._step("__trickle_middle", "__trickle_e_added", counted=True)
-        parts += self._recursion_parts("__trickle_removed", removed_seed, kept_e, v.view_of(self, "reach removed"))
+        parts += self._recursion_parts("__trickle_removed", removed_seed, kept_e, v.bindings.reached(self, "removed"))
         # r_mid: the derivations that use kept rows only
         parts.append(("__trickle_middle", f"__trickle_middle AS (SELECT * FROM __trickle_old UNION ALL "
                                           f"SELECT {cols}, -{_COUNT} FROM __trickle_removed)", False))
-        parts += self._recursion_parts("__trickle_added", added_seed, new_e, v.view_of(self, "reach added"))
+        parts += self._recursion_parts("__trickle_added", added_seed, new_e, v.bindings.reached(self, "added"))
         return parts
 
     def _recursion_parts(self, rec: str, seed: str, other_rows: str | None,
@@ -322,8 +309,6 @@ def _without_unused_ctes(query: exp.Expression) -> exp.Expression:
     stream table, E at both versions) are dead.  Left in, the statement would still name the
     stream table, and its commit would resolve the change by reading every stored row in Spark
     (``refresh/local_merge.py``) instead of the few the change names."""
-    from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
-
     while True:
         before = len(query.args["with_"].expressions) if query.args.get("with_") else 0
         query = eliminate_ctes(query)
@@ -344,90 +329,3 @@ def _relation(rows: str | None, alias: str) -> exp.Expression:
     if rows.startswith("("):
         return parse_sql(rows[1:-1]).subquery(exp.to_identifier(alias, quoted=True))
     return exp.Table(this=exp.to_identifier(rows), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
-
-
-def read_old_from_storage(node: Node, stored: str, stored_columns: list[str]) -> Node:
-    """``node``, or, when it is ``SELECT <r's columns> FROM r`` over a recursive CTE r, a copy
-    whose r reads its old rows from the stream table (``stored``, visible ``stored_columns``)
-    instead of recomputing the recursion at the old versions: the stored rows *are* r at the old
-    frontier.  Anything else (a filter, other columns, an aggregate over r) is returned as it is."""
-    from airflow_trickle.dvm.block import Block
-
-    if not (isinstance(node, Block) and len(node.items) == 1 and isinstance(node.items[0][1], Recursive)):
-        return node
-    alias, recursive = node.items[0]
-    template = node.template
-    if node.is_aggregate or node.window_keys is not None or any(
-            template.args.get(k) for k in ("where", "joins", "laterals", "having", "qualify", "distinct")):
-        return node
-    projected = [e.this if isinstance(e, exp.Alias) else e for e in template.expressions]
-    if not all(isinstance(e, exp.Column) and e.table in ("", alias) for e in projected) \
-            or [e.name for e in projected] != recursive.columns or len(stored_columns) != len(recursive.columns):
-        return node
-    renamed = ", ".join(f"`{s}` AS `{c}`" for s, c in zip(stored_columns, recursive.columns))
-    db, table = stored.split(".", 1)
-    reading_storage = replace(recursive, stored_old=f"(SELECT {renamed} FROM `{db}`.`{table}`) AS __stored",
-                              stored_columns=tuple(stored_columns))
-    return replace(node, items=[(alias, reading_storage)])
-
-
-def reach_key(step: exp.Select, columns: list[str], self_alias: str, other_columns: list[str],
-              other_alias: str) -> ReachKey | None:
-    """How ``step`` (a recursive term reading r, of ``columns``, as ``self_alias`` and E, of
-    ``other_columns``, as ``other_alias``) carries its join key from one level to the next
-    (:class:`ReachKey`), or None.
-
-    >>> step = parse_sql("SELECT p.id, t.root, t.depth + 1 FROM tree t JOIN people p ON p.boss = t.id "
-    ...                  "WHERE p.active")
-    >>> reach_key(step, ["id", "root", "depth"], "t", ["id", "boss", "active", "name"], "p")
-    ReachKey(other_key='boss', self_key='id', next_key='id', columns=('id', 'boss', 'active'))
-    >>> reach_key(parse_sql("SELECT r.src, e.dst FROM r JOIN e ON r.dst = e.src"), ["src", "dst"], "r",
-    ...           ["src", "dst"], "e")
-    ReachKey(other_key='src', self_key='dst', next_key='dst', columns=('src', 'dst'))
-    >>> reach_key(parse_sql("SELECT t.id + 1, t.n FROM t JOIN e ON e.a = t.id"), ["id", "n"], "t", ["a"], "e") is None
-    True
-    """
-    mine = {c.lower(): c for c in columns}
-    theirs = {c.lower(): c for c in other_columns}
-
-    def side(column: exp.Column) -> tuple[str, str] | None:
-        """("r" | "e", the column's name there), for a column of one of them."""
-        table, name = column.table.lower(), column.name.lower()
-        if table == self_alias.lower() and name in mine:
-            return "r", mine[name]
-        if table == other_alias.lower() and name in theirs:
-            return "e", theirs[name]
-        if not table and (name in mine) != (name in theirs):
-            return ("r", mine[name]) if name in mine else ("e", theirs[name])
-        return None
-
-    conditions = [step.args.get("where")] + [j.args.get("on") for j in step.args.get("joins") or []]
-    equalities = [eq for c in conditions if c is not None for eq in c.find_all(exp.EQ)
-                  if all(isinstance(s, exp.Column) for s in (eq.this, eq.expression))
-                  and all(isinstance(a, (exp.And, exp.Where, exp.EQ)) for a in _ancestors(eq, c))]
-    for eq in equalities:
-        sides = dict(filter(None, (side(eq.this), side(eq.expression))))
-        if set(sides) != {"r", "e"}:
-            continue
-        out = step.expressions[columns.index(sides["r"])]
-        out = out.this if isinstance(out, exp.Alias) else out
-        carried = side(out) if isinstance(out, exp.Column) else None
-        if carried == ("r", sides["r"]):
-            next_key = None
-        elif carried is not None and carried[0] == "e":
-            next_key = carried[1]
-        else:
-            continue
-        if any(isinstance(s, exp.Star) for s in step.find_all(exp.Star)):
-            read = set(theirs.values())
-        else:
-            read = {found[1] for c in step.find_all(exp.Column) if (found := side(c)) and found[0] == "e"}
-        return ReachKey(sides["e"], sides["r"], next_key, tuple(c for c in other_columns if c in read))
-    return None
-
-
-def _ancestors(node: exp.Expression, top: exp.Expression):
-    """The expressions between ``node`` and ``top`` (both included)."""
-    while node is not None and node is not top:
-        node = node.parent
-        yield node

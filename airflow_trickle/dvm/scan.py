@@ -41,7 +41,7 @@ class Scan(Node):
     def delta(self, v: Versions) -> exp.Query:
         # ΔR: the net change of R in (old, new]; several changes to one row collapse, an
         # insert then delete of a row vanishes (the weights sum to zero).
-        read = v.view_of(self, "change")
+        read = v.bindings.change(self)
         if read is not None:  # the change feed read once by the refresh (``refresh/arranged.py``)
             changes = f"SELECT {self._cols()}, {W} FROM {read}"
         elif v.use_cdf.get(self.name, True):

@@ -94,7 +94,7 @@ def _pending(env, st, root, current: dict[str, int], columns: dict[str, list[str
 def _time_rule(env, st) -> str:
     """What the cost model's time rule knows of the table's refreshes and would do next."""
     from airflow_trickle.refresh.apply import recent_times
-    from airflow_trickle.refresh.cost import describe_times
+    from airflow_trickle.refresh.time_rule import describe_times
 
     if st.options.is_strict:
         return "strict: the delta runs whatever it costs"

@@ -26,10 +26,12 @@ from airflow_trickle.catalog.model import utcnow
 from airflow_trickle.storage.deltalog import latest_version, recorded_refreshes, row_count
 from airflow_trickle.dvm.base import Unsupported
 from airflow_trickle.model import Action, RefreshMode
-from airflow_trickle.refresh.cost import MeasuredFanout, ObservedTimes, carried_fanout, delta_planner, observed_times
+from airflow_trickle.refresh.cost import MeasuredFanout, carried_fanout
 from airflow_trickle.refresh.decide import (Decision, after_failure, after_schema_check, by_cost_model, change_estimate,
                                             without_delta)
-from airflow_trickle.refresh.arranged import arrangements_on, probe_groups, probe_inputs
+from airflow_trickle.refresh.arranged import probe_inputs
+from airflow_trickle.refresh.lookup import PartPath, ProbeReport, arrangements_on
+from airflow_trickle.refresh.probe_groups import probe_groups
 from airflow_trickle.refresh.arranged_recursion import RecursionLookups
 from airflow_trickle.refresh.differential import Prepared, drop_views, is_append, plan_differential, statement
 from airflow_trickle.refresh.failures import with_retries
@@ -38,6 +40,7 @@ from airflow_trickle.refresh.local_merge import merge_locally
 from airflow_trickle.refresh.local_overwrite import overwrite_locally
 from airflow_trickle.refresh.phases import PhaseClock
 from airflow_trickle.refresh.schema import remember_source_schemas, source_schema_change
+from airflow_trickle.refresh.time_rule import ObservedTimes, delta_planner, observed_times
 from airflow_trickle.refresh.writers import choose_writer, full_writer
 from airflow_trickle.spark.delta import refresh_commit
 from airflow_trickle.storage.lease import fence
@@ -61,10 +64,12 @@ class Applied:
     rows_touched: int | None
     #: Source rows the window changed (the sources' commit metrics), when the logs said.
     changed_rows: int | None = None
-    #: A DIFFERENTIAL's :func:`~airflow_trickle.refresh.cost.delta_planner`: what its time measured.
+    #: A DIFFERENTIAL's :func:`~airflow_trickle.refresh.time_rule.delta_planner`: what its time measured.
     planner: int | None = None
     #: A DIFFERENTIAL of a top-K that recomputed its rows from the query (a row left the top k).
     beyond_boundary: bool = False
+    #: How each part of the delta was read (``refresh/lookup.PartPath``).
+    paths: tuple[PartPath, ...] = ()
 
 
 def apply_refresh(env, st: StreamTable, action: Action, current: dict[str, int], *, refresh_id: str,
@@ -104,8 +109,9 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                     and not st.options.is_strict else None)
     decision = by_cost_model(decision, st, estimate, observed, env.config)
     delta_sql, appending, resolved_here, beyond_boundary = None, False, None, False
+    paths: list[PartPath] = []
     if decision.action == Action.DIFFERENTIAL:
-        planned, why_not = _differential_sql(env, st, current, scratch, clock)
+        planned, why_not = _differential_sql(env, st, current, scratch, clock, paths)
         if planned is None:
             decision = without_delta(decision, st, why_not)
         else:
@@ -207,14 +213,16 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                                    else None),
                    rows_touched=touched, changed_rows=estimate.changed_rows if estimate is not None else None,
                    planner=current_planner(env) if action == Action.DIFFERENTIAL else None,
-                   beyond_boundary=beyond_boundary and action == Action.DIFFERENTIAL)
+                   beyond_boundary=beyond_boundary and action == Action.DIFFERENTIAL,
+                   paths=tuple(paths) if action == Action.DIFFERENTIAL else ())
 
 
-def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: list[str],
-                      clock: PhaseClock) -> tuple[tuple[Prepared, bool] | None, str | None]:
+def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: list[str], clock: PhaseClock,
+                      paths: list[PartPath]) -> tuple[tuple[Prepared, bool] | None, str | None]:
     """``((the statement applying the delta, whether it is an append), None)``, planned once,
     its join inputs probed where arrangements pay (``refresh/arranged.py``) and executed up to
-    the commit (``refresh/differential.py``), or ``(None, why not)``."""
+    the commit (``refresh/differential.py``), or ``(None, why not)``; how each part of the delta
+    is read goes into ``paths``."""
     with clock.phase("plan"):
         plan, why_not = plan_differential(env, st, current)
     if plan is None:
@@ -224,19 +232,21 @@ def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: li
     clock.move(probed.build_ms, "probe", "arrange")
     for line in probed.lines():
         log.info("%s: %s", st.name, line)
-    built: list[int] = []  # ms spent building arrangements for touched groups (not the delta's cost)
+    groups = ProbeReport()  # the touched groups looked up, and the ms spent building their arrangements
+    built: list[int] = []  # ms spent building arrangements for recursions (not the delta's cost)
     recursions = RecursionLookups(env, plan, scratch, built)
     try:
         with clock.phase("plan"):
             return (statement(env, plan, scratch, versions,
-                              probe_groups=lambda block, v: probe_groups(env, plan, block, v, scratch, built),
+                              probe_groups=lambda block, v: probe_groups(env, plan, block, v, scratch, groups),
                               look_up_reach=recursions),
                     is_append(plan)), None
     except Unsupported as err:
         return None, f"cannot maintain differentially: {err}"
     finally:
-        clock.move(sum(built), "plan", "arrange")
-        for line in recursions.lines:
+        clock.move(sum(built) + groups.build_ms, "plan", "arrange")
+        paths += probed.paths + groups.paths
+        for line in groups.lines() + recursions.lines:
             log.info("%s: %s", st.name, line)
 
 
@@ -280,7 +290,7 @@ def _written_metrics(location, version_before: int, refresh_id: str, *, deleted:
 
 
 def current_planner(env) -> int:
-    """The :func:`~airflow_trickle.refresh.cost.delta_planner` a DIFFERENTIAL runs under now."""
+    """The :func:`~airflow_trickle.refresh.time_rule.delta_planner` a DIFFERENTIAL runs under now."""
     return delta_planner(arrangements_on(env.config))
 
 

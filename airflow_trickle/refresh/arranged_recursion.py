@@ -6,7 +6,7 @@ removed, from their seed through E's kept rows, and those added, through E's new
 runs each as a loop of jobs, and each iteration scans E again -- a refresh of an org chart of
 100,000 people ran 45 jobs and cost more than recomputing the chart.  Where the term joins E on
 ``E.a = r.b`` and carries E's own column c as the next level's b
-(:class:`~airflow_trickle.dvm.recursive.ReachKey`), the rows of E a recursion can reach follow
+(:class:`~airflow_trickle.dvm.reach.ReachKey`), the rows of E a recursion can reach follow
 from the keys its seed can hold and E alone: E's rows with a among the keys, their c the next
 level's keys, and so on until no row of E matches.  The seed's keys are known from the changes
 before any recursion runs -- a seed row is a changed base row, or a row stepped through a
@@ -32,10 +32,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_trickle.dvm.base import Versions
-from airflow_trickle.dvm.recursive import MAX_UNROLLED_LEVELS, ReachKey
-from airflow_trickle.refresh.arranged import (PROBED_ROWS_FLOOR, _check_share, _comparable, _registered, _Tables,
-                                              arrangements_of)
-from airflow_trickle.storage.arrangement import Stale
+from airflow_trickle.dvm.reach import ReachKey
+from airflow_trickle.dvm.recursive import MAX_UNROLLED_LEVELS
+from airflow_trickle.dvm.bindings import Reach
+from airflow_trickle.refresh.lookup import (DECLINED, PROBED_ROWS_FLOOR, SourceTables, arrangements_of, check_share,
+                                            comparable, handed_to_spark)
+from airflow_trickle.refresh.local_merge import why_not_writable
+from airflow_trickle.storage.arrangement import Stale, Unarrangeable
+from airflow_trickle.storage.deltalog import open_table
 
 log = logging.getLogger(__name__)
 
@@ -62,20 +66,15 @@ class RecursionLookups:
 
     def __call__(self, node, part: str, view: str, v: Versions) -> Versions:
         key: ReachKey | None = getattr(node, "reach_key", None)
-        change_view = v.view_of(node, "__trickle_e_delta")
+        change_view = v.bindings.part(node, "__trickle_e_delta")
         if part != "__trickle_base_delta" or key is None or change_view is None:
             return v
         # the keys both lookups need, in one statement over the two changes (small)
-        try:
-            rows = self.env.engine.collect(
-                f"SELECT DISTINCT * FROM (SELECT 0 AS __which, `{key.other_key}` AS __k FROM {change_view} "
-                f"UNION ALL SELECT 1, `{key.next_key or key.other_key}` FROM {change_view} "
-                f"UNION ALL SELECT 1, `{key.self_key}` FROM {view}) AS __keys WHERE __k IS NOT NULL "
-                f"LIMIT {2 * MAX_SEED_KEYS + 1}")
-        except Exception as err:  # noqa: BLE001 - an optimisation: the recursions read E and r
-            self.lines.append(f"{node.name}: the changes' keys not read ({type(err).__name__}: {err})")
-            log.info("%s: the changes' keys not read: %s", self.plan.st.name, err, exc_info=True)
-            return v
+        rows = self.env.engine.collect(
+            f"SELECT DISTINCT * FROM (SELECT 0 AS __which, `{key.other_key}` AS __k FROM {change_view} "
+            f"UNION ALL SELECT 1, `{key.next_key or key.other_key}` FROM {change_view} "
+            f"UNION ALL SELECT 1, `{key.self_key}` FROM {view}) AS __keys WHERE __k IS NOT NULL "
+            f"LIMIT {2 * MAX_SEED_KEYS + 1}")
         if len(rows) > 2 * MAX_SEED_KEYS:  # cut by the LIMIT: neither list is known whole
             self.lines.append(f"{node.name}: more than {MAX_SEED_KEYS} keys in the changes; read by Spark")
             return v
@@ -91,9 +90,6 @@ class RecursionLookups:
         key: ReachKey | None = getattr(node, "reach_key", None)
         if key is None or not node.stored_columns or not self.plan.st.location:
             return v
-        from airflow_trickle.refresh.local_merge import why_not_writable
-        from airflow_trickle.storage.deltalog import open_table
-
         stored_key = node.stored_columns[node.columns.index(key.self_key)]
         try:
             if keys is None:
@@ -103,7 +99,7 @@ class RecursionLookups:
             if why_not:
                 raise Stale(f"delta-rs does not read the stream table as Spark does: {why_not}")
             kind = pa.schema(table.schema().to_arrow()).field(stored_key).type
-            if len(keys) and not _comparable(keys.type, kind):
+            if len(keys) and not comparable(keys.type, kind):
                 raise Stale(f"a key of type {kind} is not looked up here")
             dataset = table.to_pyarrow_dataset()
             rows = (dataset.to_table(columns=list(node.stored_columns), filter=pc.field(stored_key).isin(keys.cast(kind)))
@@ -111,14 +107,14 @@ class RecursionLookups:
             if rows.num_rows > MAX_SEED_KEYS:
                 raise Stale(f"{rows.num_rows} stored rows match E's change")
             rows = rows.rename_columns(list(node.columns))
-        except Exception as err:  # noqa: BLE001 - an optimisation: Spark reads the stream table
+        except DECLINED as err:  # Spark reads the stream table
             self.lines.append(f"{node.name}: its old rows read by Spark ({type(err).__name__}: {err})")
             log.info("%s: the stored rows are read by Spark: %s", self.plan.st.name, err,
-                     exc_info=not isinstance(err, (Stale, TypeError, ValueError)))
+                     exc_info=not isinstance(err, Stale))
             return v
-        [(view, _)] = _registered(self.env, {0: (rows, tuple(node.columns))}, self.scratch).values()
+        view = handed_to_spark(self.env, rows, node.columns, self.scratch).view
         self.lines.append(f"{node.name}: {rows.num_rows} stored rows joined by E's change, read by delta-rs")
-        return v.bind(node, "old joined", view)
+        return v.bound(v.bindings.with_old_joined(node, view))
 
     def _reach(self, node, keys: pa.Array | None, v: Versions) -> Versions:
         """``v`` with the rows of E each recursion can reach bound (``"reach removed"`` at E's old
@@ -131,32 +127,32 @@ class RecursionLookups:
             return v
         source = node.other.name
         try:
-            tables = _Tables(self.env, self.plan.st.name)
+            tables = SourceTables(self.env, self.plan.st.name)
             if source not in tables.locations:
                 return v
             if keys is None:
                 self.lines.append(f"{node.name}: more than {MAX_SEED_KEYS} keys in the changes; {source} scanned")
                 return v
             arranged = self._arrangement(node, key, tables, arrangements, v)
-            if len(keys) and not _comparable(keys.type, arranged.base.schema.field(key.other_key).type):
+            if len(keys) and not comparable(keys.type, arranged.base.schema.field(key.other_key).type):
                 raise Stale(f"a key of type {keys.type} is not looked up in the arrangement")
             reached = {recursion: reach(arranged, v.at(which)[source], keys, key)
                        for recursion, which in (("removed", "old"), ("added", "new"))}
-        except Exception as err:  # noqa: BLE001 - an optimisation: the recursions read E
+        except DECLINED as err:  # the recursions read E
             self.lines.append(f"{node.name}: {source} scanned at every level ({type(err).__name__}: {err})")
             log.info("%s: the recursions scan %s: %s", self.plan.st.name, source, err,
-                     exc_info=not isinstance(err, (Stale, TypeError)))
+                     exc_info=not isinstance(err, (Stale, Unarrangeable)))
             return v
         for recursion, (rows, levels) in reached.items():
-            [(view, _)] = _registered(self.env, {0: (rows, key.columns)}, self.scratch).values()
-            v = v.bind(node, f"reach {recursion}", (view, levels))
+            view = handed_to_spark(self.env, rows, key.columns, self.scratch).view
+            v = v.bound(v.bindings.with_reach(node, recursion, Reach(view, levels)))
             self.lines.append(
                 f"{node.name} {recursion}: {len(keys)} keys of the changes reach {rows.num_rows} rows of {source}"
                 + (f" in {levels} levels (unrolled)" if levels is not None and levels <= MAX_UNROLLED_LEVELS
                    else " (levels not counted: Spark's recursion over them)"))
         return v
 
-    def _arrangement(self, node, key: ReachKey, tables: _Tables, arrangements, v: Versions):
+    def _arrangement(self, node, key: ReachKey, tables: SourceTables, arrangements, v: Versions):
         """E's arrangement by its join key, able to give both versions (the removed recursion
         reads the old, the added one the new: asked once, so that it is not rebuilt between)."""
         if id(node) not in self._ready:
@@ -201,7 +197,7 @@ def reach(arranged, version: int, seeds: pa.Array, key: ReachKey) -> tuple[pa.Ta
         if new.size:
             found.append(arranged.probe(new, version, columns))
             looked_up = np.union1d(looked_up, new)
-            _check_share(arranged, sum(t.num_rows for t in found))
+            check_share(arranged, sum(t.num_rows for t in found))
         if key.next_key is None:  # the key is passed on: no new keys, and the depth is not known
             return _together(found, arranged, columns), None
         every = _together(found, arranged, columns)
@@ -216,7 +212,7 @@ def reach(arranged, version: int, seeds: pa.Array, key: ReachKey) -> tuple[pa.Ta
             if levels > MAX_COUNTED_LEVELS:  # a cycle, or deeper than worth counting
                 levels = None
         following = matched[key.next_key].combine_chunks()
-        if not _comparable(following.type, arranged.base.schema.field(key.other_key).type):
+        if not comparable(following.type, arranged.base.schema.field(key.other_key).type):
             raise Stale(f"the next key {key.next_key} is not looked up in the arrangement")
         level = _distinct(following, arranged)
         if levels is None:

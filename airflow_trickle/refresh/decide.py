@@ -24,8 +24,10 @@ from airflow_trickle.storage.deltalog import (changed_rows, latest_version, newe
 from airflow_trickle.dvm.planner import is_top_k
 from airflow_trickle.errors import RefreshError, StreamTableNotFoundError
 from airflow_trickle.model import Action, RefreshMode, RunMode, SourceType, Status
-from airflow_trickle.refresh.cost import (REMEASURE_AFTER, ChangeEstimate, MeasuredFanout, ObservedTimes,
-                                          full_is_cheaper, observed_fanout, slower_than_full, touched_rows_matter)
+from airflow_trickle.refresh.cost import (ChangeEstimate, MeasuredFanout, full_is_cheaper, observed_fanout,
+                                          touched_rows_matter)
+from airflow_trickle.refresh.time_rule import REMEASURE_AFTER, ObservedTimes, slower_than_full
+from airflow_trickle.storage.errors import UNREADABLE
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,7 @@ def _only_empty_commits(catalog, st: StreamTable, current: dict[str, int]) -> bo
     try:
         return all(only_empty_commits(catalog.at(locations[source]), st.frontier[source], version)
                    for source, version in current.items() if version != st.frontier.get(source))
-    except Exception:  # noqa: BLE001 - safe: "unknown" means the change feed is read
+    except UNREADABLE:  # "unknown" means the change feed is read
         log.debug("%s: could not tell whether the new commits are empty", st.name, exc_info=True)
         return False
 
@@ -143,7 +145,7 @@ def change_estimate(catalog, st: StreamTable, current: dict[str, int],
             if old is not None and new is not None and new > old:
                 changed += changed_rows(catalog.at(dep.source_location), old, new)
         stored = row_count(catalog.at(st.location)) if st.location else 0
-    except Exception:  # noqa: BLE001 - safe: without an estimate the delta runs (no FULL fallback)
+    except UNREADABLE:  # without an estimate the delta runs (no FULL fallback)
         log.debug("%s: no change estimate", st.name, exc_info=True)
         return None
     return ChangeEstimate(changed_rows=changed, source_rows=total, stored_rows=stored,

@@ -33,6 +33,7 @@ from airflow_trickle.names import HIDDEN_PREFIX
 from airflow_trickle.refresh.local_bag import LocalBag
 from airflow_trickle.refresh.local_topk import LocalTopK
 from airflow_trickle.refresh.schema import source_visible_columns
+from airflow_trickle.storage.errors import UNREADABLE
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def sources_only_gained_rows(env, st, current: dict[str, int]) -> bool:
         return all(insert_only_commits(env.catalog.at(d.source_location), st.frontier[d.source_name], current[d.source_name])
                    for d in env.catalog.dependencies(st.name)
                    if current.get(d.source_name) != st.frontier.get(d.source_name))
-    except Exception:  # noqa: BLE001 - safe: "no" means the MERGE path applies
+    except UNREADABLE:  # "no" means the MERGE path applies
         log.debug("%s: could not tell whether the new commits only insert", st.name, exc_info=True)
         return False
 
@@ -101,7 +102,7 @@ class Prepared:
     sql: str
     local: LocalTopK | LocalBag | None = None
     #: A top-K's row left it: its rows are recomputed from the query (a recompute's cost, not
-    #: the delta's: ``refresh/cost.observed_times`` weighs it so)
+    #: the delta's: ``refresh/time_rule.observed_times`` weighs it so)
     beyond_boundary: bool = False
 
 
@@ -121,7 +122,7 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
     v = versions or plan.versions
     for node, part in plan.checkpoints:
         view = _checkpoint(env, plan.part_sql(v, node, part), part, scratch)
-        v = v.bind(node, part, view)
+        v = v.bound(v.bindings.with_part(node, part, view))
         if look_up_reach is not None:
             v = look_up_reach(node, part, view, v)
     if not plan.probes_boundary:
@@ -129,12 +130,12 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
         here = LocalBag(env.spark, bag_delta, env.config.local_commit_max_rows) if bag_delta is not None else None
         return Prepared(plan.apply_sql(v), here)
     for block in plan.counted_groups:
-        if v.groups_probed_whole(block):  # every row of its touched groups is bound: nothing to count
+        if (looked_up := v.bindings.group_rows(block)) is not None and looked_up.whole:  # every row of its touched groups is bound: nothing to count
             continue
         rows = env.engine.collect(plan.groups_sql(v, block))
         few = len(rows) <= KNOWN_GROUPS_LIMIT
         if few:
-            v = v.bind(block, "groups", [tuple(row) for row in rows])
+            v = v.bound(v.bindings.with_touched_groups(block, [tuple(row) for row in rows]))
             if probe_groups is not None:
                 v = probe_groups(block, v)
         log.debug("groups touched: %s%s", len(rows), "" if few else " (too many to list)")
@@ -158,7 +159,8 @@ def _top_k_here(env, plan: DeltaPlan, v: Versions, scratch: list[str]) -> Prepar
     write the stored table, commits by delta-rs are turned off, an ORDER BY column Arrow does not
     order as Spark does, or more than :data:`~airflow_trickle.refresh.local_topk.MAX_CANDIDATES`."""
     from airflow_trickle.refresh import local_topk
-    from airflow_trickle.refresh.local_merge import at_most, spark_schema, writable_columns
+    from airflow_trickle.refresh.local_merge import writable_columns
+    from airflow_trickle.refresh.stored_reads import at_most, spark_schema
     from airflow_trickle.sql.rewrite import hoist_nested_ctes
     from airflow_trickle.storage.deltalog import open_table
 

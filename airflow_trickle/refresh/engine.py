@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from airflow_trickle.catalog import CatalogStore, RefreshRecord
@@ -25,6 +25,7 @@ from airflow_trickle.model import Action, Outcome, RunMode
 from airflow_trickle.refresh.apply import apply_refresh, mark_fresh
 from airflow_trickle.refresh.decide import Decision, Loaded, decide, load
 from airflow_trickle.refresh.failures import record_failure, short, suspended_text
+from airflow_trickle.refresh.lookup import PartPath
 from airflow_trickle.refresh.phases import PhaseClock, format_phases
 from airflow_trickle.storage.deltalog import reused_handles
 from airflow_trickle.storage.lease import lease_of
@@ -61,10 +62,12 @@ class RefreshResult:
     rows_touched: int | None = None
     #: Source rows the window changed, from the sources' commit metrics (None when unknown).
     changed_rows: int | None = None
-    #: What a DIFFERENTIAL's time was measured under (``refresh.cost.delta_planner``).
+    #: What a DIFFERENTIAL's time was measured under (``refresh.time_rule.delta_planner``).
     planner: int | None = None
     #: A top-K's DIFFERENTIAL that recomputed its rows from the query (a row left the top k).
     beyond_boundary: bool = False
+    #: How each part of a DIFFERENTIAL's delta was read (``refresh/lookup.PartPath``).
+    paths: tuple[PartPath, ...] = ()
 
 
 class _Recorder:
@@ -99,7 +102,8 @@ class _Recorder:
             rows_inserted=result.rows_inserted, rows_deleted=result.rows_deleted, start_time=self.start_time,
             end_time=utcnow(), duration_ms=result.duration_ms, reason=reason, error_message=error,
             initiated_by=self.initiated_by, frontier_from=st.frontier, frontier_to=result.frontier or st.frontier,
-            data_timestamp=self.start_time, phases=phases, rows_estimated=result.rows_estimated))
+            data_timestamp=self.start_time, phases=phases, rows_estimated=result.rows_estimated,
+            paths=[p.to_dict() for p in result.paths] or None))
         log.info("%s: %s %s in %d ms (%s)%s", self.name, action, status, result.duration_ms,
                  format_phases(result.phases), f": {reason}" if reason else "")
         return result
@@ -157,7 +161,7 @@ def _refresh(env: Environment, name: str, requested: RunMode | None, initiated_b
         if failure is err:
             raise
         raise failure from err
-    outcome = asdict(applied)
+    outcome = {f.name: getattr(applied, f.name) for f in fields(applied)}
     return run.finish(outcome.pop("action"), Outcome.COMPLETED, outcome.pop("reason") or decision.reason, **outcome)
 
 

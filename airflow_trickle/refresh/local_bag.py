@@ -2,7 +2,7 @@
 
 Why: the bag MERGE (``dvm/bag.bag_merge_sql``) pairs the consolidated delta with the stored
 copies of the contents it names, to number new copies after the highest stored one and delete
-the highest-numbered ones.  Resolved by Spark (``refresh/local_merge.resolve_reading_stored_rows``)
+the highest-numbered ones.  Resolved by Spark (``refresh/stored_reads.resolve_reading_stored_rows``)
 that took three statements -- the keys, the change rows over the copies delta-rs read, and their
 resolution -- each at Spark's fixed price per statement on two cores: 1.2-2.5 s of a 3 s hop of
 a chain of bag tables at 9M stored rows (``benchmarks/README.md``), for ~12k changed rows.
@@ -32,8 +32,10 @@ import pyarrow.compute as pc
 from airflow_trickle.dvm.bag import CONTENT_HASH
 from airflow_trickle.dvm.base import W
 from airflow_trickle.model import DUP, ROW_ID
-from airflow_trickle.refresh import local_merge
-from airflow_trickle.refresh.local_merge import at_most, resolved_rows, stored_row_count, writable_columns
+from airflow_trickle.refresh import stored_reads
+from airflow_trickle.refresh.local_merge import writable_columns
+from airflow_trickle.refresh.resolution import resolved_rows
+from airflow_trickle.refresh.stored_reads import at_most, stored_row_count
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ class LocalBag:
         than ``max_rows`` contents (Spark's MERGE applies it); None when the stored copies are
         not read here (the caller resolves with Spark)."""
         columns = writable_columns(table)
-        if columns is None or stored_row_count(table) > local_merge.STORED_READ_MAX_ROWS:
+        if columns is None or stored_row_count(table) > stored_reads.STORED_READ_MAX_ROWS:
             return None
         schema = pa.schema([pa.field(f.name, f.type) for f in pa.schema(table.schema().to_arrow())])
         typed = ", ".join(f"CAST(__h.`{name}` AS {kind}) AS `{name}`" for name, kind in columns

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable
 
 from airflow_trickle.dvm.bag import bag_merge_sql
 from airflow_trickle.refresh.full import bag_difference_sql
-from airflow_trickle.refresh.local_merge import at_most
+from airflow_trickle.refresh.stored_reads import at_most
 from airflow_trickle.storage.deltalog import open_table
 
 if TYPE_CHECKING:

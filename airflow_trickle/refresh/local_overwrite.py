@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 
-from airflow_trickle.refresh.local_merge import at_most, stored_row_count, why_not_writable
+from airflow_trickle.refresh.local_merge import why_not_writable
+from airflow_trickle.refresh.stored_reads import at_most, stored_row_count
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
 from airflow_trickle.storage.deltalog import COMMIT_KEY, open_table
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_trickle.model import DUP, ROW_ID
-from airflow_trickle.refresh.local_merge import ACTION, MATCHED_DUP, MATCHED_ID, resolved_rows
+from airflow_trickle.refresh.resolution import ACTION, MATCHED_DUP, MATCHED_ID, resolved_rows
 from airflow_trickle.sql.rewrite import row_hash_sql
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ def top_copies(candidates: pa.Table, order, limit: int) -> pa.Table:
 
 
 def resolved_top_k_changes(top: pa.Table, stored: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The resolved changes (``refresh/local_merge.py``'s rows: each stored column, the action,
+    """The resolved changes (``refresh/resolution.py``'s rows: each stored column, the action,
     the matched row's identity) turning the ``stored`` rows into the copies ``top``, as the bag
     MERGE of T ⊎ −S does: per content (``__trickle_row_id``), the copies gained are inserted,
     numbered after its highest stored copy; the copies lost are deleted, highest numbers first.

@@ -1,6 +1,6 @@
 """Leave out, in Arrow, the rows of a change or of a lookup that a block's filter rejects.
 
-``dvm/probes.item_conditions`` gives, per FROM item, what its rows must satisfy to meet an
+``dvm/conjuncts.item_conditions`` gives, per FROM item, what its rows must satisfy to meet an
 output row (TPC-H q14: a line item shipped in September 1995).  Before the refresh looks
 further by a change's keys and hands its rows to Spark, :func:`narrowed` keeps only the rows
 that may pass: TPC-H q19's change of 28k line items keeps ~2k, and the parts they look up
@@ -31,12 +31,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from airflow_trickle.dvm.conjuncts import item_conditions
+from airflow_trickle.dvm.scan import Scan
+
 log = logging.getLogger(__name__)
 
 _COMPARISONS = {exp.EQ: operator.eq, exp.NEQ: operator.ne, exp.GT: operator.gt, exp.GTE: operator.ge,
                 exp.LT: operator.lt, exp.LTE: operator.le}
 #: The comparison with its sides swapped (``5 < x`` is ``x > 5``).
 _SWAPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
+
+
+def scan_conditions(block) -> dict:
+    """What the rows of each FROM item of ``block`` that is a scan must satisfy to meet an
+    output row (``dvm/conjuncts.item_conditions``; an aggregate's condition names its own
+    columns, not its table's, so its rows found are kept whole)."""
+    return {i: condition for i, condition in item_conditions(block).items() if isinstance(block.items[i][1], Scan)}
 
 
 def narrowed(rows: pa.Table, condition: exp.Expression | None) -> pa.Table:

@@ -14,6 +14,7 @@ from airflow_trickle.errors import RefreshError
 from airflow_trickle.names import quote_name
 from airflow_trickle.refresh.full import pinned_query_sql
 from airflow_trickle.spark.delta import schema_fingerprint, visible_columns
+from airflow_trickle.storage.errors import UNREADABLE
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,11 @@ def source_visible_columns(env, dep) -> list[tuple[str, str]]:
     differs from the one last analysed; a source delta-rs cannot open is always asked."""
     from airflow_trickle.storage.deltalog import open_table
 
+    if not dep.source_location:  # no location: Spark alone says
+        return visible_columns(env.spark, dep.source_name)
     try:
         logged = open_table(env.catalog.at(dep.source_location)).schema().to_json()
-    except Exception:  # noqa: BLE001 - no location, or not a table delta-rs reads: Spark alone says
+    except UNREADABLE:  # not a table delta-rs reads: Spark alone says
         return visible_columns(env.spark, dep.source_name)
     key = (dep.source_name, dep.source_location)
     seen = _ANALYSED.get(key)

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_trickle.storage.deltalog import why_rows_unreadable
+from airflow_trickle.storage.errors import UNREADABLE
 
 #: The signed multiplicity of a run's row (+1 inserted, -1 deleted).
 WEIGHT = "__trickle_w"
@@ -41,6 +42,11 @@ _INSERTED = pa.array(["insert", "update_postimage"])
 
 class Stale(LookupError):
     """The arrangement cannot give the version asked for; rebuild it or scan the table."""
+
+
+class Unarrangeable(LookupError):
+    """The table cannot be arranged or its change read here: a key of a type arrangements do
+    not hold, or a table delta-rs does not read as Spark does.  The caller has Spark scan it."""
 
 
 @dataclass
@@ -74,10 +80,10 @@ class Arrangement:
         table = DeltaTable(uri, version=version, storage_options=storage_options)
         why_not = why_rows_unreadable(table)
         if why_not:
-            raise TypeError(f"{uri}: delta-rs does not read its rows as Spark does ({why_not})")
+            raise Unarrangeable(f"{uri}: delta-rs does not read its rows as Spark does ({why_not})")
         kind = pa.schema(table.schema().to_arrow()).field(key).type  # checked before anything is read
         if not (pa.types.is_integer(kind) or pa.types.is_date(kind)):
-            raise TypeError(f"{uri}: cannot arrange by {key} of type {kind} (integers and dates only)")
+            raise Unarrangeable(f"{uri}: cannot arrange by {key} of type {kind} (integers and dates only)")
         rows = table.to_pyarrow_dataset().to_table(columns=columns)
         rows = rows.filter(pc.is_valid(rows[key]))
         rows = rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending")])).combine_chunks()
@@ -126,7 +132,7 @@ class Arrangement:
             return
         try:
             rows = change_rows(self.uri, self.latest, version, self.columns, self.storage_options)
-        except Exception as err:  # noqa: BLE001 - any failure to read the feed means: rebuild
+        except (Unarrangeable, *UNREADABLE) as err:  # a feed that cannot be read means: rebuild
             raise Stale(f"{self.uri}: change feed ({self.latest}, {version}] unreadable: {err}") from None
         self.add_run(self.latest, version, rows)
 
@@ -208,7 +214,7 @@ def change_rows(uri: str, after: int, up_to: int, columns: list[str], storage_op
     """The change feed of the table at ``uri`` over versions ``(after, up_to]`` (delta-rs):
     ``columns`` plus :data:`WEIGHT`, +1 for an insert or post-image, -1 for a delete or pre-image.
 
-    Refused (``TypeError``; the caller has Spark read the feed) for a table delta-rs does not read
+    Refused (:class:`Unarrangeable`; the caller has Spark read the feed) for a table delta-rs does not read
     as Spark does: with deletion vectors, delta-rs 1.6.6 derives a delete's rows from the vectors
     and, where one names rows past a file's first row group, panics in a thread that cannot
     unwind -- the whole process aborts, beyond any ``except``."""
@@ -217,7 +223,7 @@ def change_rows(uri: str, after: int, up_to: int, columns: list[str], storage_op
     table = DeltaTable(uri, storage_options=storage_options)
     why_not = why_rows_unreadable(table)
     if why_not:
-        raise TypeError(f"{uri}: delta-rs does not read its change feed as Spark does ({why_not})")
+        raise Unarrangeable(f"{uri}: delta-rs does not read its change feed as Spark does ({why_not})")
     rows = pa.table(table.load_cdf(after + 1, up_to, columns=[*columns, "_change_type"]))
     inserted = pc.is_in(rows["_change_type"].cast(pa.string()), value_set=_INSERTED)
     weight = pc.if_else(inserted, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from airflow_trickle.storage.arrangement import Arrangement, Stale
+from airflow_trickle.storage.errors import UNREADABLE
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class Arrangements:
                 try:
                     arranged = Arrangement.build(folder, uri, key, [*held, *(c for c in columns if c not in held)],
                                                  version=oldest, storage_options=self.storage_options)
-                except Exception:  # noqa: BLE001 - a column another reader held may be gone
+                except UNREADABLE:  # a column another reader held may be gone
                     if not held:
                         raise
                     arranged = Arrangement.build(folder, uri, key, list(columns), version=oldest,

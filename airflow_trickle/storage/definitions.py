@@ -10,8 +10,10 @@ from datetime import datetime
 
 from airflow_trickle.catalog import Dependency, StreamTable
 from airflow_trickle.catalog.model import utcnow
+from airflow_trickle.errors import DefinitionError
 from airflow_trickle.model import StorageLayout
 from airflow_trickle.names import quote_name, quote_string
+from airflow_trickle.storage.errors import UNREADABLE
 
 #: The storage table property that holds the definition.
 DEFINITION_KEY = "trickle.definition"
@@ -34,7 +36,7 @@ def _recorded(record: dict, key: str):
     if key == "options":
         try:
             return TableOptions.parse(record.get(key), stream_table=record.get("name")).to_dict()
-        except Exception:  # noqa: BLE001 - unreadable options differ from any checked ones
+        except DefinitionError:  # unreadable options differ from any checked ones
             return record.get(key)
     return record.get(key)
 
@@ -67,7 +69,7 @@ def record_definition(env, name: str) -> None:
     props = definition_properties(st, env.catalog.dependencies(name))
     try:
         stored = table_configuration(env.catalog.at(st.location)).get(DEFINITION_KEY)
-    except Exception:  # noqa: BLE001 - unreadable here: write it through Spark anyway
+    except UNREADABLE:  # unreadable here: write it through Spark anyway
         stored = None
     if stored is not None and _same_definition(stored, props[DEFINITION_KEY]):
         return

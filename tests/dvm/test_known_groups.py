@@ -20,7 +20,8 @@ def test_known_groups_become_filters_on_the_group_columns_and_literal_keys():
     block = plan(QUERY, COLUMNS)
     unknown = block.delta(VERSIONS).sql(DIALECT)
     assert "TABLE_CHANGES('s.o', 4, 5)" in unknown.split("__old")[0]  # K computed from the delta
-    known = block.delta(VERSIONS.bind(block, "groups", [(11, "EU", 7), (12, None, 8)])).sql(DIALECT)
+    known = block.delta(VERSIONS.bound(VERSIONS.bindings.with_touched_groups(block, [(11, "EU", 7), (12, None, 8)])))
+    known = known.sql(DIALECT)
     assert "VALUES (11), (12)" in known
     assert "c.region IN ('EU') OR c.region IS NULL" in known
     assert "o.cid IN (7, 8)" in known  # in the order the groups came
@@ -32,13 +33,13 @@ def test_known_groups_become_filters_on_the_group_columns_and_literal_keys():
 
 def test_no_known_group_reads_nothing():
     block = plan(QUERY, COLUMNS)
-    sql = block.delta(VERSIONS.bind(block, "groups", [])).sql(DIALECT)
+    sql = block.delta(VERSIONS.bound(VERSIONS.bindings.with_touched_groups(block, []))).sql(DIALECT)
     assert "WHERE FALSE" in sql.upper() and "IN (" not in sql.replace("IN (SELECT", "")
 
 
 def test_a_value_without_an_exact_literal_leaves_its_column_unfiltered():
     block = plan(QUERY, COLUMNS)
-    sql = block.delta(VERSIONS.bind(block, "groups", [(11, "EU", 1.5)])).sql(DIALECT)
+    sql = block.delta(VERSIONS.bound(VERSIONS.bindings.with_touched_groups(block, [(11, "EU", 1.5)]))).sql(DIALECT)
     assert "c.region IN ('EU')" in sql and "o.cid IN" not in sql
 
 

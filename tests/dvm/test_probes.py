@@ -1,11 +1,14 @@
 """Which join inputs a delta term probes, by which keys, and how a probed term renders (no JVM)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlglot import exp
 
 from airflow_trickle.dvm.base import Versions
+from airflow_trickle.dvm.bindings import GroupRows, OuterRows, Relation
 from airflow_trickle.dvm.planner import plan
-from airflow_trickle.dvm.probes import join_terms
+from airflow_trickle.dvm.join_terms import join_terms
 from airflow_trickle.sql.parse import DIALECT
 
 COLUMNS = {"s.o": ["id", "cid", "amount", "day"], "s.c": ["id", "region", "nation"], "s.x": ["k", "v"],
@@ -79,8 +82,8 @@ def test_a_probed_term_reads_its_relations_and_the_other_terms_their_scans():
     v = versions("s.o", "s.c")
     plain = node.delta(v).sql(DIALECT)
     term = next(t for t in join_terms(node, v) if t.source == "s.o")
-    bound = v.bind(term.block, f"probed {term.changed}", {0: ("__trickle_probed_d", term.change_columns),
-                                                          1: ("__trickle_probed_c", term.probes[0].columns)})
+    bound = v.bound(v.bindings.with_probed_term(term.block, term.changed, {
+        0: Relation("__trickle_probed_d", term.change_columns), 1: Relation("__trickle_probed_c", term.probes[0].columns)}))
     probed = node.delta(bound).sql(DIALECT)
     assert "__trickle_probed_d" in probed and "__trickle_probed_c" in probed
     assert "__trickle_probed" not in plain
@@ -89,7 +92,7 @@ def test_a_probed_term_reads_its_relations_and_the_other_terms_their_scans():
     assert plain.count("TABLE_CHANGES('s.o'") == 2 and "TABLE_CHANGES('s.o'" not in probed
     assert probed.count("TABLE_CHANGES('s.c'") == plain.count("TABLE_CHANGES('s.c'")
     # a relation lacking a column the term reads is not used
-    short = v.bind(term.block, f"probed {term.changed}", {1: ("__trickle_probed_c", ("id",))})
+    short = v.bound(v.bindings.with_probed_term(term.block, term.changed, {1: Relation("__trickle_probed_c", ("id",))}))
     assert "__trickle_probed_c" not in node.delta(short).sql(DIALECT)
 
 
@@ -114,7 +117,7 @@ def qualified(query: str) -> str:
 
 
 def test_an_aggregate_of_one_table_joined_by_its_group_key_is_probed_through_the_table():
-    from airflow_trickle.dvm.probes import keyed_deltas
+    from airflow_trickle.dvm.keyed import keyed_deltas
 
     node = plan(qualified(EXISTS), COLUMNS)
     terms = {t.source: t for t in join_terms(node, versions("s.o", "s.c"))}
@@ -135,18 +138,21 @@ def test_an_aggregate_of_one_table_joined_by_its_group_key_is_probed_through_the
 
 
 def test_a_probed_aggregate_renders_as_the_aggregate_of_the_rows_found():
-    from airflow_trickle.dvm.probes import keyed_deltas
+    from airflow_trickle.dvm.keyed import keyed_deltas
 
     node = plan(qualified(EXISTS), COLUMNS)
     v = versions("s.o", "s.c")
     c_term = next(t for t in join_terms(node, v) if t.source == "s.c")
     o_term = next(t for t in join_terms(node, v) if t.source == "s.o")
     [grouped] = keyed_deltas(node, v)
-    bound = (v.bind(c_term.block, f"probed {c_term.changed}", {0: ("__trickle_probed_dc", ("id", "region")),
-                                                               1: ("__trickle_probed_o", ("amount", "cid"))})
-              .bind(o_term.block, f"probed {o_term.changed}", {0: ("__trickle_probed_c", ("id", "region"))})
-              .bind(grouped.block, "groups old", {0: ("__trickle_probed_o_old", ("amount", "cid"))})
-              .bind(grouped.block, "groups new", {0: ("__trickle_probed_o_new", ("amount", "cid"))}))
+    bound = v.bound(v.bindings
+                    .with_probed_term(c_term.block, c_term.changed, {
+                        0: Relation("__trickle_probed_dc", ("id", "region")),
+                        1: Relation("__trickle_probed_o", ("amount", "cid"))})
+                    .with_probed_term(o_term.block, o_term.changed, {0: Relation("__trickle_probed_c", ("id", "region"))})
+                    .with_group_rows(grouped.block, GroupRows(
+                        old={0: Relation("__trickle_probed_o_old", ("amount", "cid"))},
+                        new={0: Relation("__trickle_probed_o_new", ("amount", "cid"))})))
     # the top COUNT is applied from its input's delta (``dvm/algebraic.py``)
     region = [exp.column("region", table="c", quoted=True)]
     sql, plain = node.input_delta_sql(bound, region), node.input_delta_sql(v, region)
@@ -160,30 +166,31 @@ def test_a_probed_aggregate_renders_as_the_aggregate_of_the_rows_found():
 
 
 def test_an_aggregate_not_grouped_by_plain_columns_of_one_table_is_not_probed():
-    from airflow_trickle.dvm.probes import keyed
-
-    assert keyed(plan("SELECT o.cid + 1 AS k, COUNT(*) AS n FROM s.o AS o GROUP BY o.cid + 1", COLUMNS)) is None
-    assert keyed(plan("SELECT COUNT(*) AS n FROM s.o AS o", COLUMNS)) is None  # no group
+    assert plan("SELECT o.cid + 1 AS k, COUNT(*) AS n FROM s.o AS o GROUP BY o.cid + 1", COLUMNS).keyed() is None
+    assert plan("SELECT COUNT(*) AS n FROM s.o AS o", COLUMNS).keyed() is None  # no group
     two = plan("SELECT o.cid, COUNT(*) AS n FROM s.o AS o JOIN s.c AS c ON o.cid = c.id GROUP BY o.cid", COLUMNS)
-    assert keyed(two) is None  # two tables: a group holds rows of both
+    assert two.keyed() is None  # two tables: a group holds rows of both
 
 
 def exists_groups_probed():
     """:data:`EXISTS`'s subquery aggregate when o changed, and versions with its touched groups'
     rows bound at both sides, as a refresh binds them."""
-    from airflow_trickle.dvm.probes import keyed_deltas
+    from airflow_trickle.dvm.keyed import keyed_deltas
 
     v = versions("s.o")
     [grouped] = keyed_deltas(plan(qualified(EXISTS), COLUMNS), v)
-    return grouped, (v.bind(grouped.block, "groups old", {0: ("__trickle_probed_o_old", ("amount", "cid"))})
-                      .bind(grouped.block, "groups new", {0: ("__trickle_probed_o_new", ("amount", "cid"))}))
+    return grouped, v.bound(v.bindings.with_group_rows(grouped.block, GroupRows(
+        old={0: Relation("__trickle_probed_o_old", ("amount", "cid"))},
+        new={0: Relation("__trickle_probed_o_new", ("amount", "cid"))})))
 
 
 def test_the_null_group_of_a_probed_aggregate_is_read_from_its_table():
     grouped, probed = exists_groups_probed()
     without = grouped.block.delta(probed).sql(DIALECT)
     assert "VERSION AS OF" not in without
-    with_nulls = grouped.block.delta(probed.bind(grouped.block, "groups nulls", "cid")).sql(DIALECT)
+    rows = probed.bindings.group_rows(grouped.block)
+    nulls = probed.bound(probed.bindings.with_group_rows(grouped.block, replace(rows, null_rows="cid")))
+    with_nulls = grouped.block.delta(nulls).sql(DIALECT)
     # each side: the rows found, plus the table's rows of the NULL group at that side's version
     for view, version in (("__trickle_probed_o_old", 3), ("__trickle_probed_o_new", 5)):
         assert (f"SELECT `amount`, `cid` FROM {view} UNION ALL SELECT `amount`, `cid` FROM (SELECT `cid`, `amount` "
@@ -191,7 +198,7 @@ def test_the_null_group_of_a_probed_aggregate_is_read_from_its_table():
 
 
 def test_an_outer_terms_inputs_are_probed_by_the_changes_join_keys():
-    from airflow_trickle.dvm.probes import OUTER_KEYS, outer_terms
+    from airflow_trickle.dvm.outer_terms import OUTER_KEYS, outer_terms
 
     query = qualified("SELECT c.region, o.amount FROM s.c AS c LEFT JOIN s.o AS o ON c.id = o.cid "
                       "JOIN s.n AS n ON n.nation = c.nation")
@@ -202,10 +209,11 @@ def test_an_outer_terms_inputs_are_probed_by_the_changes_join_keys():
     assert (term.changed, term.source, term.key, term.columns) == (1, "s.o", "cid", ("amount", "cid"))
     assert [(p.item, p.source, p.key, p.by, p.by_column, p.which) for p in term.probes] == [
         (0, "s.c", "id", OUTER_KEYS, "cid", "new"), (2, "s.n", "nation", 0, "nation", "old")]
-    bound = (v.bind(term.block, "outer 1", {0: ("__trickle_probed_c", ("id", "nation", "region")),
-                                            2: ("__trickle_probed_n", ("nation",))})
-              .bind(term.block, "outer 1 old", {1: ("__trickle_probed_o_old", ("amount", "cid"))})
-              .bind(term.block, "outer 1 new", {1: ("__trickle_probed_o_new", ("amount", "cid"))}))
+    bound = v.bound(v.bindings.with_outer_term(term.block, 1, OuterRows(
+        shared={0: Relation("__trickle_probed_c", ("id", "nation", "region")),
+                2: Relation("__trickle_probed_n", ("nation",))},
+        old={1: Relation("__trickle_probed_o_old", ("amount", "cid"))},
+        new={1: Relation("__trickle_probed_o_new", ("amount", "cid"))})))
     sql, plain = node.delta(bound).sql(DIALECT), node.delta(v).sql(DIALECT)
     assert "VERSION AS OF" in plain and "VERSION AS OF" not in sql
     for view in ("__trickle_probed_c", "__trickle_probed_n", "__trickle_probed_o_old", "__trickle_probed_o_new"):
@@ -217,14 +225,14 @@ def test_an_outer_terms_inputs_are_probed_by_the_changes_join_keys():
 
 
 def origins(block, v) -> tuple[tuple, ...] | None:
-    from airflow_trickle.dvm.probes import group_keys_of_changes, group_probes
+    from airflow_trickle.dvm.group_probes import group_keys_of_changes, group_probes
 
     found = group_keys_of_changes(block, v, group_probes(block, v))
     return found and tuple((o.table, o.column, o.own, o.via and (o.via.source, o.via.key), o.value) for o in found)
 
 
 def test_the_groups_an_aggregate_of_a_join_touches_are_bounded_by_the_changes_keys():
-    from airflow_trickle.dvm.probes import group_probes
+    from airflow_trickle.dvm.group_probes import group_probes
 
     inner = ("SELECT c.id, COUNT(o.id) AS n FROM s.c AS c LEFT JOIN s.o AS o ON c.id = o.cid "
              "JOIN s.n AS n ON n.nation = c.nation GROUP BY c.id")
@@ -271,7 +279,7 @@ def test_a_change_read_once_is_what_every_scan_of_it_reads():
     read = v
     for scan in operators(node):
         if isinstance(scan, Scan) and scan.name == "s.o":
-            read = read.bind(scan, "change", "__trickle_change_o")
+            read = read.bound(read.bindings.with_change(scan, "__trickle_change_o"))
     sql = node.input_delta_sql(read, [exp.column("region", table="c", quoted=True)])
     # o's change feed was read at each use; now each use reads the one view
     assert plain.count("TABLE_CHANGES('s.o'") >= 2 and "TABLE_CHANGES('s.o'" not in sql
@@ -282,7 +290,9 @@ def test_a_change_read_once_is_what_every_scan_of_it_reads():
 def test_groups_looked_up_by_the_changes_keys_are_recomputed_without_the_input_delta():
     grouped, probed = exists_groups_probed()
     filtered = grouped.block.delta(probed).sql(DIALECT)
-    whole = grouped.block.delta(probed.bind(grouped.block, "groups whole", True)).sql(DIALECT)
+    rows = probed.bindings.group_rows(grouped.block)
+    whole = grouped.block.delta(probed.bound(probed.bindings.with_group_rows(grouped.block, replace(rows, whole=True))))
+    whole = whole.sql(DIALECT)
     # K, the groups the input delta touches, filters each side -- unless the rows looked up hold
     # exactly the groups of the change's keys: then each side is the aggregate of its rows
     assert "XXHASH64" in filtered and "TABLE_CHANGES('s.o'" in filtered
@@ -314,7 +324,7 @@ def test_a_scan_lists_only_the_columns_its_select_reads():
 def test_rows_found_alike_at_both_versions_are_handed_to_spark_once():
     import pyarrow as pa
 
-    from airflow_trickle.refresh.arranged import ProbeReport, _registered_sides
+    from airflow_trickle.refresh.lookup import Lookups
 
     class Engine:
         def __init__(self):
@@ -326,13 +336,12 @@ def test_rows_found_alike_at_both_versions_are_handed_to_spark_once():
     env = type("Env", (), {"engine": Engine()})()
     customers, orders_old, orders_new = (pa.table({"k": [1, 2]}), pa.table({"k": [1, 2, 3]}),
                                          pa.table({"k": [1, 3]}))
-    scratch, report = [], ProbeReport()
-    bound = _registered_sides(env, {"old": {0: (customers, ("k",)), 1: (orders_old, ("k",))},
-                                    "new": {0: (pa.table({"k": [1, 2]}), ("k",)), 1: (orders_new, ("k",))}},
-                              scratch, report)
+    run = Lookups(env, "s.t", tables=None, arrangements=None, scratch=[])
+    bound = run.register_sides({"old": {0: (customers, ("k",)), 1: (orders_old, ("k",))},
+                                "new": {0: (pa.table({"k": [1, 2]}), ("k",)), 1: (orders_new, ("k",))}})
     assert bound["old"][0] == bound["new"][0]  # the customers found: alike, one view
     assert bound["old"][1] != bound["new"][1]  # the orders: not
-    assert len(env.engine.views) == 3 == len(scratch) and report.rows == 2 + 3 + 2
+    assert len(env.engine.views) == 3 == len(run.scratch) and run.report.rows == 2 + 3 + 2
     # alike rows under other columns are another relation
-    other = _registered_sides(env, {"old": {0: (customers, ("k",))}, "new": {0: (customers, ("j",))}}, scratch)
+    other = run.register_sides({"old": {0: (customers, ("k",))}, "new": {0: (customers, ("j",))}})
     assert other["old"][0] != other["new"][0]

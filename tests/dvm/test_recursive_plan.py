@@ -8,6 +8,7 @@ import pytest
 import sqlglot
 
 from airflow_trickle.dvm.base import Versions
+from airflow_trickle.dvm.bindings import Reach
 from airflow_trickle.dvm.planner import plan, unsupported_constructs
 from airflow_trickle.dvm.recursive import Recursive
 from airflow_trickle.sql.parse import DIALECT
@@ -99,12 +100,12 @@ def test_a_recursion_through_the_rows_the_changes_keys_reach_is_unrolled_when_th
     at = Versions(old={"g.e": 1}, new={"g.e": 2}, columns={"g.e": ["src", "dst"]}, use_cdf={"g.e": True})
 
     for part in recursive.materialized_parts()[:5]:  # computed by then, as a refresh does
-        at = at.bind(recursive, part, f"{part}_view")
+        at = at.bound(at.bindings.with_part(recursive, part, f"{part}_view"))
 
     def removed(v: Versions) -> str:
         return " ".join(recursive.part_sql(v, "__trickle_removed").split())
 
-    unrolled = removed(at.bind(recursive, "reach removed", ("reached_view", 2)))
+    unrolled = removed(at.bound(at.bindings.with_reach(recursive, "removed", Reach("reached_view", 2))))
     assert "RECURSIVE" not in unrolled
     assert ("__trickle_removed_e AS (SELECT `src`, `dst`, CAST(1 AS BIGINT) AS __trickle_m FROM reached_view "
             "UNION ALL SELECT `src`, `dst`, -__trickle_m FROM __trickle_e_removed)") in unrolled
@@ -117,13 +118,13 @@ def test_a_recursion_through_the_rows_the_changes_keys_reach_is_unrolled_when_th
     assert ("__trickle_removed(`src`, `dst`, __trickle_n) AS (SELECT * FROM __trickle_removed_0 UNION ALL "
             "SELECT * FROM __trickle_removed_1 UNION ALL SELECT * FROM __trickle_removed_2)") in unrolled
     assert "__trickle_removed_3" not in unrolled and "g.e" not in unrolled
-    looped = removed(at.bind(recursive, "reach removed", ("reached_view", None)))
+    looped = removed(at.bound(at.bindings.with_reach(recursive, "removed", Reach("reached_view", None))))
     assert looped.startswith("WITH RECURSIVE") and "JOIN __trickle_removed_e AS `e`" in looped
     assert "__trickle_removed_1" not in looped
     scanned = removed(at)
     assert "reached_view" not in scanned and "JOIN __trickle_e_kept AS `e`" in scanned
     # the added derivations go through E's new rows alone
-    added = " ".join(recursive.part_sql(at.bind(recursive, "reach added", ("new_view", 1)),
+    added = " ".join(recursive.part_sql(at.bound(at.bindings.with_reach(recursive, "added", Reach("new_view", 1))),
                                         "__trickle_added").split())
     assert "__trickle_added_e AS (SELECT `src`, `dst`, CAST(1 AS BIGINT) AS __trickle_m FROM new_view)" in added
 

@@ -65,6 +65,9 @@ class TrickleConfig:
     #: delta-rs in the refreshing process instead of a Spark MERGE (Spark still computes it;
     #: ``refresh/local_merge.py``); 0 turns that off.
     local_commit_max_rows: int = 100_000
+    #: ... and expected to rewrite at most this many bytes of its files (a stored row's file is
+    #: where its identity hashes to, so a few rows may touch every file of a large table).
+    local_commit_max_bytes: int = 1024**3
     #: Bytes the refreshing process may keep as join arrangements (``refresh/arranged.py``): a
     #: large join input a delta probes, sorted by its join key in a memory-mapped file, so that
     #: the change's partners cost a lookup instead of a scan; the least recently used are evicted
@@ -78,6 +81,9 @@ class TrickleConfig:
     #: TPC-H ``part`` at SF 3 (600k rows) is worth it once the change is narrowed by the
     #: query's filter first (q14, q19: 0.9-1.0 s -> 0.6 s; ``benchmarks/README.md``).
     arrangement_min_rows: int = 500_000
+    #: A refresh builds an arrangement (reading its table into the refreshing process) only of a
+    #: table whose files hold at most this many bytes; a larger input is scanned by Spark.
+    arrangement_build_max_bytes: int = 4 * 1024**3
     #: How a FULL refresh writes: ``auto`` (replace the stored rows unless a stream table that
     #: refreshes DIFFERENTIAL reads this one, then MERGE only the difference), ``merge`` or ``overwrite``.
     full_refresh_write: str = "auto"

@@ -2,6 +2,8 @@
 locations, and the key of a refresh's commit metadata."""
 from __future__ import annotations
 
+import json
+
 import re
 
 from airflow_trickle.errors import InvalidNameError
@@ -12,6 +14,12 @@ DEFAULT_DATABASE = "default"
 COMMIT_KEY = "airflow_trickle"
 _PART = r"[A-Za-z_][A-Za-z0-9_]*"
 _NAME = re.compile(rf"^(?:(?P<db>{_PART})\.)?(?P<table>{_PART})$")
+
+
+def commit_user_metadata(metadata: dict) -> str:
+    """The ``userMetadata`` a commit of ours carries: ``metadata`` under :data:`COMMIT_KEY`, as
+    JSON -- one rendering, whichever engine commits (Spark or delta-rs)."""
+    return json.dumps({COMMIT_KEY: metadata}, sort_keys=True, default=str)
 
 
 def qualify_name(name: str, *, database: str = DEFAULT_DATABASE) -> str:

@@ -28,6 +28,13 @@ class DiamondSchedulePolicy(Choice):
     SLOWEST = "slowest"
 
 
+class Placement(Choice):
+    """Where a table's rows may go during its refresh (``refresh/plan.py``)."""
+
+    AUTO = "auto"
+    SPARK = "spark"
+
+
 class FullRefreshWrite(Choice):
     """How a FULL refresh writes its rows (``refresh/writers.py``)."""
 
@@ -88,6 +95,7 @@ _PARSERS = {
     "full_refresh_write": ("'auto', 'merge' or 'overwrite'", _choice(FullRefreshWrite)),
     "strict": ("true or false", _flag),
     "cluster_by": ("a list of distinct output column names (or none)", _column_list),
+    "placement": ("'auto' or 'spark'", _choice(Placement)),
 }
 
 #: The option names, in the order the docs list them.
@@ -105,7 +113,7 @@ class TableOptions:
     >>> TableOptions.parse({"stirct": True}, stream_table="s.t")
     Traceback (most recent call last):
     ...
-    airflow_trickle.errors.DefinitionError: stream table 's.t': unknown option 'stirct' (the options are diamond_consistency, diamond_schedule_policy, freshness_seconds, differential_max_change_ratio, differential_max_touched_ratio, differential_max_time_ratio, full_refresh_write, strict, cluster_by)
+    airflow_trickle.errors.DefinitionError: stream table 's.t': unknown option 'stirct' (the options are diamond_consistency, diamond_schedule_policy, freshness_seconds, differential_max_change_ratio, differential_max_touched_ratio, differential_max_time_ratio, full_refresh_write, strict, cluster_by, placement)
     >>> TableOptions.parse({"cluster_by": "customer_id, day"}, stream_table="s.t").to_dict()
     {'cluster_by': ['customer_id', 'day']}
     """
@@ -121,6 +129,9 @@ class TableOptions:
     #: The storage table's clustering columns (Delta liquid clustering); () for none, set by an
     #: ALTER that turns it off.
     cluster_by: tuple[str, ...] | None = None
+    #: ``spark``: nothing of the table's rows goes through the refreshing process (no lookups
+    #: through arrangements, no delta-rs commits); ``auto``: the planner's bounds decide.
+    placement: Placement | None = None
 
     @classmethod
     def parse(cls, options: "dict | TableOptions | None", *, stream_table: str | None) -> "TableOptions":

@@ -74,7 +74,6 @@ def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_pat
     lagging = f"{db}.lagging"
     seen = []
     paths: dict[str, list] = {}  # table -> how the parts of its deltas were read (refresh/lookup.PartPath)
-    last = {}  # table -> its last refresh's result
 
     def refresh(names) -> None:
         for name in names:
@@ -82,7 +81,6 @@ def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_pat
             assert result.status == "COMPLETED", result
             assert result.action in ("NO_DATA", "DIFFERENTIAL"), (name, result.action, result.reason)
             paths.setdefault(name.split(".")[-1], []).extend(result.paths)
-            last[name] = result
             load.check(name)
 
     @oracle_settings
@@ -101,9 +99,13 @@ def test_join_deltas_through_warm_stale_and_missing_arrangements(tr, db, tmp_pat
     probed = {table: [p for p in found if p.path is ReadPath.PROBED] for table, found in paths.items()}
     every = [p for found in probed.values() for p in found]
     assert every and all(p.rows >= 0 for p in every), "no join delta probed an arrangement"
-    # the history records the same paths as the result
+    # the history records the plan, and how each part was read, as the result holds them
+    load.insert("o", [(90, 1, 2, None)])
+    result = tr.refresh_stream_table(f"{db}.three")
     [recorded] = tr.history(f"{db}.three", limit=1)
-    assert recorded.paths == ([p.to_dict() for p in last[f"{db}.three"].paths] or None)
+    assert result.plan.parts and recorded.plan == {**result.plan.to_dict(), "taken": [p.to_dict() for p in result.paths]}
+    assert {p["path"] for p in recorded.plan["parts"]} <= {"probed", "read once", "scanned"}
+    load.check(f"{db}.three")
     assert any(p.part.startswith("touched groups") for p in probed["top"]), \
         "no aggregate's touched groups were recomputed from probes"
     assert any("through an aggregate" in p.detail for p in every), \

@@ -104,3 +104,22 @@ def test_options_may_follow_the_verb():
     assert (args.master, args.warehouse, args.port) == ("local[1]", "/w", 0)
     args = build_parser().parse_args(["--master", "local[2]", "status", "--remote", "sc://127.0.0.1:1"])
     assert (args.master, args.remote) == ("local[2]", "sc://127.0.0.1:1")
+
+
+def test_history_shows_each_refresh_plan_and_its_fallbacks(warehouse, capsys):
+    from airflow_trickle.catalog.model import RefreshRecord
+
+    plan = {"action": "DIFFERENTIAL", "placement": "auto",
+            "commit": {"committer": "delta-rs", "reason": "~3 stored rows touched", "rows": 3, "bytes": 900},
+            "parts": [{"part": "shop.o change", "path": "probed", "reason": "a large input", "rows": 3, "bytes": None},
+                      {"part": "shop.c change", "path": "scanned", "reason": "placement: spark", "rows": 1,
+                       "bytes": None}],
+            "fallbacks": [{"part": "shop.o change", "planned": "probed", "taken": "scanned",
+                           "cause": "Stale: a scan is cheaper"}],
+            "taken": []}
+    CatalogStore(f"{warehouse}/_trickle").append_history(RefreshRecord("r1", "shop.t", 1, "DIFFERENTIAL", "COMPLETED",
+                                                                       phases={"commit": 5}, plan=plan))
+    assert main(["--warehouse", warehouse, "history", "shop.t"]) == 0
+    assert "commit delta-rs · 1 probed, 1 scanned · 1 fallback (shop.o change)" in capsys.readouterr().out
+    assert main(["--warehouse", warehouse, "history", "shop.t", "--json"]) == 0
+    assert '"cause": "Stale: a scan is cheaper"' in capsys.readouterr().out

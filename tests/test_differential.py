@@ -7,7 +7,7 @@ import pytest
 
 from airflow_trickle.catalog import CatalogStore
 from airflow_trickle.errors import RefreshError, UnsupportedConstructError
-from airflow_trickle.refresh import apply, decide
+from airflow_trickle.refresh import apply, committer, decide
 from airflow_trickle.refresh.time_rule import delta_planner
 from tests.oracle import multiset
 
@@ -208,8 +208,8 @@ def test_killed_before_the_data_commit_the_retry_applies_once(tr, db, monkeypatc
 
     with monkeypatch.context() as patch:
         # the change is small: it would be committed by delta-rs (Spark's MERGE otherwise)
-        patch.setattr(apply, "merge_locally", killed)
-        patch.setattr(apply, "refresh_commit", killed)
+        patch.setattr(committer, "merge_locally", killed)
+        patch.setattr(committer, "refresh_commit", killed)
         with pytest.raises(RefreshError):
             tr.refresh_stream_table(name)
     assert multiset(tr.read(name)) != multiset(tr.sql(query))  # nothing applied yet

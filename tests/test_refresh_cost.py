@@ -159,13 +159,29 @@ def test_below_the_size_floor_the_ratios_do_not_decide_and_the_time_rule_does():
     assert decided.action == Action.FULL and decided.reason.startswith("its DIFFERENTIAL refreshes took 1.9 s")
 
 
-def _record(action, commit_ms=None, *, changed=None, status="COMPLETED", plan_ms=0, planner=None):
+def _record(action, commit_ms=None, *, changed=None, status="COMPLETED", plan_ms=0, planner=None, arrange_ms=None):
     phases = {} if commit_ms is None else {"plan": plan_ms, "commit": commit_ms}
+    if arrange_ms is not None:
+        phases["arrange"] = arrange_ms
     if changed is not None:
         phases["changed_rows"] = changed
     if planner is not None:
         phases["planner"] = planner
     return SimpleNamespace(action=action, status=status, phases=phases)
+
+
+def test_a_build_counts_where_builds_recur():
+    """A warm host builds an arrangement once: its first delta's build is not what the delta
+    costs.  A cold host (a new worker pod each time) builds at every refresh: once two deltas
+    built, the builds count, and the time rule sees a delta slower than recomputing."""
+    once = [_record("DIFFERENTIAL", 800, changed=5), _record("DIFFERENTIAL", 900, changed=5, arrange_ms=6_000),
+            _record("FULL", 2_000)]
+    assert observed_times(once).differential_ms == 800
+    assert observed_times(once[1:]).differential_ms == 900  # the first delta: its build not counted
+    cold = [_record("DIFFERENTIAL", 800, changed=5, arrange_ms=6_000),
+            _record("DIFFERENTIAL", 900, changed=5, arrange_ms=6_000), _record("FULL", 2_000)]
+    seen = observed_times(cold)
+    assert seen.differential_ms == 6_800 and slower_than_full(5, seen, max_time_ratio=1.0) is not None
 
 
 def test_observed_times_take_the_fastest_of_the_newest_deltas_and_recomputes():

@@ -40,7 +40,7 @@ def _schemas():
             ("start_time", ts), ("end_time", ts), ("duration_ms", pa.int64()), ("reason", pa.string()),
             ("error_message", pa.string()), ("initiated_by", pa.string()), ("frontier_from", pa.string()),
             ("frontier_to", pa.string()), ("data_timestamp", ts), ("phases", pa.string()),
-            ("rows_estimated", pa.int64()), ("paths", pa.string()),
+            ("rows_estimated", pa.int64()), ("plan", pa.string()),
         ]),
     }
 
@@ -59,7 +59,7 @@ class GroupState:
 
 
 #: Fields stored as JSON text.
-_JSON_FIELDS = {"frontier", "output_columns", "storage", "options", "frontier_from", "frontier_to", "phases", "paths"}
+_JSON_FIELDS = {"frontier", "output_columns", "storage", "options", "frontier_from", "frontier_to", "phases", "plan"}
 
 
 def utcnow() -> datetime:
@@ -187,6 +187,8 @@ class RefreshRecord(_Row):
     phases: dict | None = None
     #: Rows the cost model expected the delta to touch (compare with rows_inserted + rows_deleted).
     rows_estimated: int | None = None
-    #: How each part of a DIFFERENTIAL's delta was read: probed through arrangements, read once,
-    #: or scanned and why (``refresh/lookup.PartPath``).
-    paths: list | None = None
+    #: How the refresh was planned to run (``refresh/plan.ExecutionPlan``: its action, committer
+    #: and each part's read path, with the estimated rows and bytes through the refreshing
+    #: process and why) and where it departed (``fallbacks``), with how each part was read
+    #: (``taken``); None for a refresh that needed no Spark.
+    plan: dict | None = None

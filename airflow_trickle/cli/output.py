@@ -32,6 +32,7 @@ def _history_row(record, *, text: bool) -> dict:
     """A history record; for people, with the phases on one line, the source rows the window
     changed, and the cost model's estimate of touched rows next to the rows the refresh did touch."""
     from airflow_trickle.refresh.phases import format_phases
+    from airflow_trickle.ops.overview import plan_summary
 
     row = asdict(record)
     if text:
@@ -45,6 +46,7 @@ def _history_row(record, *, text: bool) -> dict:
         if record.rows_estimated is not None or actual is not None:
             row["touched est/actual"] = f"{_cell(record.rows_estimated) or '?'}/{_cell(actual) or '?'}"
         row["phases"] = format_phases(phases) + (" · a row left the top-K: recomputed from the query" if crossed else "")
+        row["plan"] = plan_summary(record.plan) if record.plan else None
     return row
 
 

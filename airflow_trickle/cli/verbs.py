@@ -154,7 +154,7 @@ def _verb(tr, args) -> int:
         _emit(args, [_history_row(r, text=not args.json) for r in tr.history(args.name, args.limit)],
               columns=["st_name", "action", "status", "changed source rows", "rows_inserted", "rows_deleted",
                        "touched est/actual",
-                       "duration_ms", "phases", "start_time", "initiated_by", "reason", "error_message"])
+                       "duration_ms", "phases", "plan", "start_time", "initiated_by", "reason", "error_message"])
     elif args.verb == "diamonds":
         _emit(args, tr.diamond_groups(),
               columns=["name", "consistency", "convergence_points", "schedule_policy", "epoch", "last_status"])

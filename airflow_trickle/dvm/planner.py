@@ -22,7 +22,7 @@ from airflow_trickle.dvm.scan import Scan
 from airflow_trickle.dvm.topk import SortKey, TopK
 from airflow_trickle.dvm.union import UnionAll
 from airflow_trickle.names import DEFAULT_DATABASE
-from airflow_trickle.sql.parse import DIALECT, conjuncts, parse_query, source_names, table_name
+from airflow_trickle.sql.parse import DIALECT, parse_query, source_names, table_name
 
 
 _UNSUPPORTED_NODES = {

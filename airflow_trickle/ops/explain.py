@@ -45,6 +45,9 @@ def explain(env, st) -> dict:
         lines.append(f"  cost, measured: {cost}")
         commit = describe_commit(env.catalog.at(st.location), env.config.local_commit_max_rows)
         lines.append(f"  commit: {commit}")
+        execution, plan_lines = _execution_plan(env, st, current)
+        lines += plan_lines
+        result["plan"] = execution
         pending, pending_lines = _pending(env, st, root, current, columns)
         lines += pending_lines
         reads = statement_reads(delta_sql) if delta_sql else []
@@ -89,6 +92,32 @@ def _pending(env, st, root, current: dict[str, int], columns: dict[str, list[str
     if not found:
         lines.append("    no window or aggregate: nothing is recomputed by partition or group")
     return found, lines
+
+
+def _execution_plan(env, st, current: dict[str, int]) -> tuple[dict | None, list[str]]:
+    """How the next refresh would run the pending change (``refresh/plan.py``): its committer
+    and each part's read path, with what they move through the refreshing process and why --
+    planned from the Delta logs, nothing read or built -- and the fallbacks of the last one."""
+    from airflow_trickle.model import Action
+    from airflow_trickle.refresh.arranged import plan_lookups
+    from airflow_trickle.refresh.decide import change_estimate, load
+    from airflow_trickle.refresh.differential import plan_differential
+    from airflow_trickle.refresh.plan import plan_execution
+
+    last = next((r.plan for r in env.catalog.history(st.name, limit=20) if r.plan), None)
+    recorded = ["    " + f"{f['part']}: planned {f['planned']}, ran {f['taken']}: {f['cause']}"
+                for f in (last or {}).get("fallbacks") or []]
+    recorded = (["  fallbacks of the last refresh that ran:"] + recorded) if recorded else []
+    if st.frontier == current:
+        return None, ["  plan: none (no pending change)"] + recorded
+    estimate = change_estimate(env.catalog, st, current, load(env.catalog, st.name).fanout)
+    execution = plan_execution(env, st, Action.DIFFERENTIAL, estimate)
+    delta, why_not = plan_differential(env, st, current)
+    if delta is not None:
+        execution = execution.with_parts(plan_lookups(env, delta, []).parts)
+    lines = ["  plan of the next refresh (from the Delta logs; nothing read yet):"]
+    lines += ["    " + line for line in execution.lines()[1:]] + ([f"    {why_not}"] if why_not else [])
+    return execution.to_dict(), lines + recorded
 
 
 def _time_rule(env, st) -> str:

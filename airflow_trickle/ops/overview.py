@@ -100,7 +100,11 @@ def _record(record) -> dict:
     return {"action": record.action, "status": record.status, "reason": record.reason or record.error_message,
             "rows_inserted": record.rows_inserted, "rows_deleted": record.rows_deleted,
             "duration_ms": record.duration_ms, "initiated_by": record.initiated_by,
-            "start_time": record.start_time.isoformat() if record.start_time else None}
+            "start_time": record.start_time.isoformat() if record.start_time else None,
+            # how it ran (``refresh/plan.py``) and where it departed from its plan
+            "plan": plan_summary(record.plan) if record.plan else None,
+            "fallbacks": [f"{f['part']}: planned {f['planned']}, ran {f['taken']}: {f['cause']}"
+                          for f in (record.plan or {}).get("fallbacks") or []]}
 
 
 def operator_tree(catalog, name: str) -> list[str]:
@@ -117,3 +121,18 @@ def operator_tree(catalog, name: str) -> list[str]:
     columns = columns_of_sources(catalog, name,
                                  lambda dep: [f.name for f in DeltaTable(dep.source_location).schema().fields])
     return plan(st.defining_query, columns).explain()
+
+
+def plan_summary(recorded: dict) -> str:
+    """A history row's plan (``refresh/plan.ExecutionPlan.to_dict``) in one line, for people.
+
+    >>> plan_summary({"commit": {"committer": "delta-rs"}, "parts": [{"path": "probed"}, {"path": "scanned"}],
+    ...               "fallbacks": [{"part": "s.o change"}]})
+    'commit delta-rs · 1 probed, 1 scanned · 1 fallback (s.o change)'
+    """
+    paths = [p["path"] for p in recorded.get("parts") or []]
+    counted = ", ".join(f"{paths.count(path)} {path}" for path in dict.fromkeys(paths))
+    fallbacks = [f["part"] for f in recorded.get("fallbacks") or []]
+    return " · ".join(filter(None, [f"commit {recorded['commit']['committer']}", counted,
+                                    f"{len(fallbacks)} fallback{'s' if len(fallbacks) > 1 else ''} "
+                                    f"({', '.join(fallbacks)})" if fallbacks else ""]))

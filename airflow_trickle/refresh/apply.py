@@ -18,7 +18,7 @@ delta once and ``differential.py`` executes the plan; ``writers.py`` says how ro
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from airflow_trickle.catalog import StreamTable
@@ -29,22 +29,20 @@ from airflow_trickle.model import Action, RefreshMode
 from airflow_trickle.refresh.cost import MeasuredFanout, carried_fanout
 from airflow_trickle.refresh.decide import (Decision, after_failure, after_schema_check, by_cost_model, change_estimate,
                                             without_delta)
-from airflow_trickle.refresh.arranged import probe_inputs
+from airflow_trickle.refresh.arranged import plan_lookups, probe_inputs
 from airflow_trickle.refresh.lookup import PartPath, ProbeReport, arrangements_on
 from airflow_trickle.refresh.probe_groups import probe_groups
 from airflow_trickle.refresh.arranged_recursion import RecursionLookups
 from airflow_trickle.refresh.differential import Prepared, drop_views, is_append, plan_differential, statement
 from airflow_trickle.refresh.failures import with_retries
-from airflow_trickle.refresh.local_difference import apply_difference
-from airflow_trickle.refresh.local_merge import merge_locally
-from airflow_trickle.refresh.local_overwrite import overwrite_locally
+from airflow_trickle.refresh.commit_tag import CommitTag
+from airflow_trickle.refresh.committer import Commits, DeltaRsCommitter, SparkCommitter
 from airflow_trickle.refresh.phases import PhaseClock
+from airflow_trickle.refresh.plan import Committer, ExecutionPlan, Fallback, PlannedPart, plan_execution
 from airflow_trickle.refresh.schema import remember_source_schemas, source_schema_change
 from airflow_trickle.refresh.time_rule import ObservedTimes, delta_planner, observed_times
 from airflow_trickle.refresh.writers import choose_writer, full_writer
-from airflow_trickle.spark.delta import refresh_commit
 from airflow_trickle.storage.lease import fence
-from airflow_trickle.sql.rewrite import hoist_nested_ctes
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +66,8 @@ class Applied:
     planner: int | None = None
     #: A DIFFERENTIAL of a top-K that recomputed its rows from the query (a row left the top k).
     beyond_boundary: bool = False
+    #: How the refresh was planned to run, and where it departed (``refresh/plan.py``).
+    plan: ExecutionPlan | None = None
     #: How each part of the delta was read (``refresh/lookup.PartPath``).
     paths: tuple[PartPath, ...] = ()
 
@@ -108,10 +108,12 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         observed = (recent_times(env, st) if decision.action == Action.DIFFERENTIAL and estimate is not None
                     and not st.options.is_strict else None)
     decision = by_cost_model(decision, st, estimate, observed, env.config)
+    execution = plan_execution(env, st, decision.action, estimate)
     delta_sql, appending, resolved_here, beyond_boundary = None, False, None, False
-    paths: list[PartPath] = []
+    paths: list[PartPath] = []  # how each part of the delta was read
+    parts: list[PlannedPart] = []  # ... as planned
     if decision.action == Action.DIFFERENTIAL:
-        planned, why_not = _differential_sql(env, st, current, scratch, clock, paths)
+        planned, why_not = _differential_sql(env, st, current, scratch, clock, parts, paths)
         if planned is None:
             decision = without_delta(decision, st, why_not)
         else:
@@ -130,44 +132,18 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
 
     carry_fanout()
 
-    txn_app_id = f"airflow_trickle:{st.st_id}"
-
-    def fenced() -> None:
-        """Just before any commit: this process still holds the table's writer lease."""
-        fence(env.catalog.location, st.name, env.config.lease_seconds)
-
-    def commit(sql: str):
-        fenced()
-        with refresh_commit(env.spark, metadata=metadata, txn_app_id=txn_app_id, txn_version=seq):
-            return env.engine.first(hoist_nested_ctes(sql))
-
-    def local_commit(sql: str, expected_version: int | None = None):
-        """A small change through delta-rs where it applies (False: it does not)."""
-        return merge_locally(env.spark, env.catalog.at(st.location), sql, metadata=metadata, txn_app_id=txn_app_id,
-                             txn_version=seq, max_rows=env.config.local_commit_max_rows,
-                             before_commit=fenced, expected_version=expected_version,
-                             resolved=resolved_here.resolved if resolved_here is not None and sql == delta_sql else None)
-
-    def local_overwrite(rows_sql: str):
-        """A FULL refresh's small result written by delta-rs where it applies (False: it does not)."""
-        return overwrite_locally(env.spark, env.catalog.at(st.location), rows_sql, metadata=metadata,
-                                 txn_app_id=txn_app_id, txn_version=seq, max_rows=env.config.local_commit_max_rows,
-                                 before_commit=fenced)
-
-    def local_difference(result_sql: str):
-        """A FULL refresh's difference computed once and committed as a small bag delta (False:
-        larger than a local commit takes)."""
-        return apply_difference(env.spark, env.engine, env.catalog.at(st.location), result_sql,
-                                target=st.name, columns=st.output_columns, dup_type=st.storage.dup_type,
-                                max_rows=env.config.local_commit_max_rows, local_commit=local_commit, commit=commit)
-
-    writes = (commit, local_commit, local_overwrite, local_difference)
-    local = estimate is not None and estimate.touched_rows <= env.config.local_commit_max_rows
+    # every commit carries the refresh's metadata and transaction id, after the lease's fence
+    tag = CommitTag(metadata, f"airflow_trickle:{st.st_id}", seq,
+                    fence=lambda: fence(env.catalog.location, st.name, env.config.lease_seconds))
+    commits = Commits(SparkCommitter(env, tag), DeltaRsCommitter(env, st, tag))
+    local, allowed = execution.commit.committer is Committer.DELTA_RS, execution.delta_rs_allowed
     try:
         with clock.phase("commit"):
             writer = choose_writer(env, st, decision.action, current, delta_sql=delta_sql, appending=appending,
-                                   local=local)
-            metrics = _committed(env, st, writer, writes, refresh_id)
+                                   local=local, delta_rs=allowed,
+                                   resolved=resolved_here.resolved if resolved_here is not None else None)
+            execution = execution.written_by(writer)
+            metrics = _committed(env, st, writer, commits, refresh_id)
     except Exception as err:  # noqa: BLE001 - only what decide.after_failure recovers is recovered
         recovered = after_failure(decision, st, err) if delta_sql is not None else None
         if recovered is None:
@@ -176,7 +152,9 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         metadata["action"] = decision.action
         carry_fanout()
         with clock.phase("commit"):
-            metrics = _committed(env, st, full_writer(env, st, current), writes, refresh_id)
+            writer = full_writer(env, st, current, delta_rs=allowed)
+            execution = execution.written_by(writer)
+            metrics = _committed(env, st, writer, commits, refresh_id)
     action = decision.action
     reason = decision.reason if action != asked else None  # else the engine records why it asked
     touched = None
@@ -214,21 +192,27 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
                    rows_touched=touched, changed_rows=estimate.changed_rows if estimate is not None else None,
                    planner=current_planner(env) if action == Action.DIFFERENTIAL else None,
                    beyond_boundary=beyond_boundary and action == Action.DIFFERENTIAL,
+                   plan=replace(execution, action=action).with_parts(parts if action == Action.DIFFERENTIAL else ())
+                   .with_fallbacks([f for f in (p.fallback() for p in paths) if f is not None]
+                                   + [Fallback("commit", str(Committer.DELTA_RS), str(Committer.SPARK), cause)
+                                      for cause in commits.fallbacks]),
                    paths=tuple(paths) if action == Action.DIFFERENTIAL else ())
 
 
 def _differential_sql(env, st: StreamTable, current: dict[str, int], scratch: list[str], clock: PhaseClock,
-                      paths: list[PartPath]) -> tuple[tuple[Prepared, bool] | None, str | None]:
+                      parts: list[PlannedPart], paths: list[PartPath]) -> tuple[tuple[Prepared, bool] | None, str | None]:
     """``((the statement applying the delta, whether it is an append), None)``, planned once,
-    its join inputs probed where arrangements pay (``refresh/arranged.py``) and executed up to
-    the commit (``refresh/differential.py``), or ``(None, why not)``; how each part of the delta
-    is read goes into ``paths``."""
+    its join inputs probed where the plan says (``refresh/arranged.py``) and executed up to the
+    commit (``refresh/differential.py``), or ``(None, why not)``; how each part of the delta is
+    planned to read its inputs goes into ``parts``, how it did into ``paths``."""
     with clock.phase("plan"):
         plan, why_not = plan_differential(env, st, current)
     if plan is None:
         return None, why_not
     with clock.phase("probe"):
-        versions, probed = probe_inputs(env, plan, scratch)
+        lookups = plan_lookups(env, plan, scratch)
+        parts += lookups.parts
+        versions, probed = probe_inputs(env, plan, lookups)
     clock.move(probed.build_ms, "probe", "arrange")
     for line in probed.lines():
         log.info("%s: %s", st.name, line)
@@ -255,16 +239,16 @@ def mark_fresh(row: StreamTable, data_timestamp) -> None:
     row.last_refresh_at = utcnow()
 
 
-def _committed(env, st: StreamTable, writer, writes: tuple, refresh_id: str) -> dict | None:
-    """Write with ``writer`` (``writes``: the ways to commit :meth:`~airflow_trickle.refresh.writers.Writer.write`
-    is given), with retries; its MERGE-shaped metrics, or None when Delta skipped it.
+def _committed(env, st: StreamTable, writer, commits: Commits, refresh_id: str) -> dict | None:
+    """Write with ``writer`` through ``commits``, with retries; its MERGE-shaped metrics, or
+    None when Delta skipped it.
 
     An INSERT or a CTAS (``writer.inserting``) returns no metrics: they are read from its commit;
     one that replaced every stored row (``writer.rewriting``) deleted as many as were stored before.
     """
     version_before = latest_version(env.catalog.at(st.location)) if writer.inserting else None
     stored_before = row_count(env.catalog.at(st.location)) if writer.rewriting else 0
-    metrics = with_retries(env.config, lambda: writer.write(*writes))
+    metrics = with_retries(env.config, lambda: writer.write(commits))
     if writer.inserting:
         return _written_metrics(env.catalog.at(st.location), version_before, refresh_id, deleted=stored_before)
     return metrics

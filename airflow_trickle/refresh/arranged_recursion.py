@@ -33,18 +33,17 @@ import pyarrow.compute as pc
 
 from airflow_trickle.dvm.base import Versions
 from airflow_trickle.dvm.reach import ReachKey
-from airflow_trickle.dvm.recursive import MAX_UNROLLED_LEVELS
 from airflow_trickle.dvm.bindings import Reach
-from airflow_trickle.refresh.lookup import (DECLINED, PROBED_ROWS_FLOOR, SourceTables, arrangements_of, check_share,
-                                            comparable, handed_to_spark)
+from airflow_trickle.dvm.recursive import MAX_UNROLLED_LEVELS
+from airflow_trickle.options import Placement
 from airflow_trickle.refresh.local_merge import why_not_writable
+from airflow_trickle.refresh.lookup import DECLINED, SourceTables, arrangements_of, check_share, comparable, handed_to_spark
+from airflow_trickle.refresh.plan import MAX_SEED_KEYS, placement_of
 from airflow_trickle.storage.arrangement import Stale, Unarrangeable
 from airflow_trickle.storage.deltalog import open_table
 
 log = logging.getLogger(__name__)
 
-#: Changes with more distinct keys than this are not looked up: the recursions read E.
-MAX_SEED_KEYS = PROBED_ROWS_FLOOR
 #: The keys are followed this many levels at most when counting them (the plan is unrolled up to
 #: :data:`~airflow_trickle.dvm.recursive.MAX_UNROLLED_LEVELS`); past it -- a cycle in E, or a
 #: deep hierarchy -- the rows reached are still collected, and Spark's recursion runs over them.
@@ -67,7 +66,8 @@ class RecursionLookups:
     def __call__(self, node, part: str, view: str, v: Versions) -> Versions:
         key: ReachKey | None = getattr(node, "reach_key", None)
         change_view = v.bindings.part(node, "__trickle_e_delta")
-        if part != "__trickle_base_delta" or key is None or change_view is None:
+        if (part != "__trickle_base_delta" or key is None or change_view is None
+                or placement_of(self.plan.st) is Placement.SPARK):
             return v
         # the keys both lookups need, in one statement over the two changes (small)
         rows = self.env.engine.collect(

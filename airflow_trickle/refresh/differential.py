@@ -30,8 +30,10 @@ from airflow_trickle.dvm.base import Unsupported, Versions
 from airflow_trickle.dvm.delta_plan import KNOWN_GROUPS_LIMIT, DeltaPlan, PlanKind, plan_refresh
 from airflow_trickle.model import CdcMode, SourceType, Strategy
 from airflow_trickle.names import HIDDEN_PREFIX
+from airflow_trickle.options import Placement
 from airflow_trickle.refresh.local_bag import LocalBag
 from airflow_trickle.refresh.local_topk import LocalTopK
+from airflow_trickle.refresh.plan import placement_of
 from airflow_trickle.refresh.schema import source_visible_columns
 from airflow_trickle.storage.errors import UNREADABLE
 
@@ -127,7 +129,8 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
             v = look_up_reach(node, part, view, v)
     if not plan.probes_boundary:
         bag_delta = plan.bag_delta_sql(v)
-        here = LocalBag(env.spark, bag_delta, env.config.local_commit_max_rows) if bag_delta is not None else None
+        here = (LocalBag(env.spark, bag_delta, env.config.local_commit_max_rows)
+                if bag_delta is not None and placement_of(plan.st) is Placement.AUTO else None)
         return Prepared(plan.apply_sql(v), here)
     for block in plan.counted_groups:
         if (looked_up := v.bindings.group_rows(block)) is not None and looked_up.whole:  # every row of its touched groups is bound: nothing to count
@@ -165,7 +168,7 @@ def _top_k_here(env, plan: DeltaPlan, v: Versions, scratch: list[str]) -> Prepar
     from airflow_trickle.storage.deltalog import open_table
 
     top_k, st = plan.top_k, plan.st
-    if env.config.local_commit_max_rows <= 0 or not st.location:
+    if env.config.local_commit_max_rows <= 0 or not st.location or placement_of(st) is Placement.SPARK:
         return None
     table = open_table(env.catalog.at(st.location))
     kinds = dict(writable_columns(table) or ())

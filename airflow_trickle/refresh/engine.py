@@ -26,6 +26,7 @@ from airflow_trickle.refresh.apply import apply_refresh, mark_fresh
 from airflow_trickle.refresh.decide import Decision, Loaded, decide, load
 from airflow_trickle.refresh.failures import record_failure, short, suspended_text
 from airflow_trickle.refresh.lookup import PartPath
+from airflow_trickle.refresh.plan import ExecutionPlan
 from airflow_trickle.refresh.phases import PhaseClock, format_phases
 from airflow_trickle.storage.deltalog import reused_handles
 from airflow_trickle.storage.lease import lease_of
@@ -66,6 +67,8 @@ class RefreshResult:
     planner: int | None = None
     #: A top-K's DIFFERENTIAL that recomputed its rows from the query (a row left the top k).
     beyond_boundary: bool = False
+    #: How the refresh was planned to run, and where it departed (``refresh/plan.py``).
+    plan: ExecutionPlan | None = None
     #: How each part of a DIFFERENTIAL's delta was read (``refresh/lookup.PartPath``).
     paths: tuple[PartPath, ...] = ()
 
@@ -103,7 +106,8 @@ class _Recorder:
             end_time=utcnow(), duration_ms=result.duration_ms, reason=reason, error_message=error,
             initiated_by=self.initiated_by, frontier_from=st.frontier, frontier_to=result.frontier or st.frontier,
             data_timestamp=self.start_time, phases=phases, rows_estimated=result.rows_estimated,
-            paths=[p.to_dict() for p in result.paths] or None))
+            plan=({**result.plan.to_dict(), "taken": [p.to_dict() for p in result.paths]}
+                  if result.plan is not None else None)))
         log.info("%s: %s %s in %d ms (%s)%s", self.name, action, status, result.duration_ms,
                  format_phases(result.phases), f": {reason}" if reason else "")
         return result

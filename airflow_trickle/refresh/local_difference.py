@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Callable
 
 from airflow_trickle.dvm.bag import bag_merge_sql
+from airflow_trickle.refresh.commit_tag import NotApplicable
 from airflow_trickle.refresh.full import bag_difference_sql
 from airflow_trickle.refresh.stored_reads import at_most
 from airflow_trickle.storage.deltalog import open_table
@@ -36,29 +37,28 @@ log = logging.getLogger(__name__)
 
 
 def apply_difference(spark, engine, location: "Location", result_sql: str, *, target: str, columns: list[str],
-                     dup_type: str, max_rows: int, local_commit: Callable[..., dict | None | bool],
+                     dup_type: str, max_rows: int, merge: Callable[..., dict | None | NotApplicable],
                      commit: Callable[[str], dict | None]):
     """Apply the difference between ``result_sql``'s rows and those stored in the bag table
     ``target`` (at ``location``; ``columns``: its visible ones, ``dup_type`` its copy numbers'
     type) as a bag delta.
 
-    ``local_commit(sql, expected_version=v)`` commits a MERGE through delta-rs (False: it does
-    not apply, then ``commit(sql)`` runs it on Spark).  Returns the commit's MERGE-shaped
-    metrics (None: the transaction had landed already), or False when the difference holds more
-    than ``max_rows`` changed contents (not brought into this process): the caller runs the
-    whole statement on Spark.
+    ``merge(sql, expected_version=v)`` commits a MERGE through delta-rs (:class:`NotApplicable`:
+    it does not apply, then ``commit(sql)`` runs it on Spark).  Returns the commit's MERGE-shaped
+    metrics (None: the transaction had landed already), or :class:`NotApplicable` when the
+    difference holds more than ``max_rows`` changed contents (not brought into this process):
+    the caller runs the whole statement on Spark.
     """
     version = open_table(location, fresh=True).version()
     frame = spark.sql(bag_difference_sql(result_sql, target, columns, version=version, consolidated=True))
     rows = at_most(frame, max_rows)
     if rows is None:
-        log.info("the FULL refresh's difference holds more than %d changed rows: applied by Spark's MERGE", max_rows)
-        return False
+        return NotApplicable(f"the difference holds more than {max_rows:,} changed rows (local_commit_max_rows)")
     view = f"__trickle_difference_{version}_{id(rows)}"
     engine.local_relation(rows, view, schema=frame.schema)
     try:
-        merge = bag_merge_sql(target, columns, f"SELECT * FROM {view}", dup_type)
-        metrics = local_commit(merge, expected_version=version)
-        return commit(merge) if metrics is False else metrics
+        delta = bag_merge_sql(target, columns, f"SELECT * FROM {view}", dup_type)
+        metrics = merge(delta, expected_version=version)
+        return commit(delta) if isinstance(metrics, NotApplicable) else metrics
     finally:
         engine.drop_view(view)

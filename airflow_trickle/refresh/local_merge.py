@@ -21,17 +21,16 @@ delta-rs does not write, and columns of primitive types; everything else keeps S
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from deltalake import CommitProperties, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from airflow_trickle.model import DUP, ROW_ID
+from airflow_trickle.refresh.commit_tag import CommitTag, NotApplicable
 from airflow_trickle.refresh.resolution import ACTION, MATCHED_DUP, MATCHED_ID, spark_type
 from airflow_trickle.refresh.stored_reads import resolve_changes
-from airflow_trickle.storage.deltalog import COMMIT_KEY, open_table, why_rows_unreadable
+from airflow_trickle.storage.deltalog import open_table, why_rows_unreadable
 
 if TYPE_CHECKING:
     from airflow_trickle.location import Location
@@ -47,8 +46,11 @@ WRITABLE_FEATURES = {"appendOnly", "invariants", "checkConstraints", "changeData
 def writable_columns(table) -> list[tuple[str, str]] | None:
     """The columns and Spark types of the delta-rs ``table``, or None when delta-rs should not
     write it (:func:`why_not_writable`)."""
-    return None if why_not_writable(table) else [
-        (field.name, spark_type(field.type.type)) for field in table.schema().fields]
+    return None if why_not_writable(table) else _spark_columns(table)
+
+
+def _spark_columns(table) -> list[tuple[str, str]]:
+    return [(field.name, spark_type(field.type.type)) for field in table.schema().fields]
 
 
 def why_not_writable(table) -> str | None:
@@ -83,16 +85,14 @@ def describe(location: "Location", max_rows: int) -> str:
             "them against the stored rows); Spark's MERGE above that")
 
 
-def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict, txn_app_id: str, txn_version: int,
-                  max_rows: int, before_commit: Callable[[], None], resolved=None,
-                  expected_version: int | None = None) -> dict | None | bool:
-    """Apply ``merge_sql`` to the storage table at ``location`` through delta-rs.
+def merge_locally(spark, location: "Location", merge_sql: str, *, tag: CommitTag, max_rows: int, resolved=None,
+                  expected_version: int | None = None) -> dict | None | NotApplicable:
+    """Apply ``merge_sql`` to the storage table at ``location`` through delta-rs, under ``tag``.
 
-    Returns MERGE-shaped metrics; None when the transaction ``(txn_app_id, txn_version)`` had
-    landed already (nothing written, as Spark skips it); False when this path does not apply
+    Returns MERGE-shaped metrics; None when the refresh's transaction had landed already
+    (nothing written, as Spark skips it); :class:`NotApplicable` when this path does not apply
     (the caller runs the MERGE on Spark): the table, or more than ``max_rows`` resolved rows
-    (the estimate was wrong; they are not brought into this process).  ``before_commit`` runs
-    just before delta-rs commits (the writer lease's fence).  ``resolved(table)``, when given,
+    (the estimate was wrong; they are not brought into this process).  ``resolved(table)``, when given,
     returns the MERGE's resolved changes computed already (a top-K's: ``refresh/local_topk.py``),
     or None when they do not apply to ``table`` as opened (then Spark resolves ``merge_sql``).
     ``expected_version``, when given, is the version ``merge_sql``'s change was computed on (a
@@ -102,46 +102,43 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, metadata: dict
     if expected_version is not None and table.version() != expected_version:
         raise CommitFailedError(f"the table moved from version {expected_version} to {table.version()} "
                                 "since the change was computed")
-    columns = writable_columns(table)
-    if columns is None:
-        return False
-    if (table.transaction_version(txn_app_id) or -1) >= txn_version:
+    why_not = why_not_writable(table)
+    if why_not:
+        return NotApplicable(f"delta-rs does not write this table: {why_not}")
+    columns = _spark_columns(table)
+    if tag.landed_in(table):
         return None
     changes = resolved(table) if resolved is not None else None
     if changes is None:
         changes = resolve_changes(spark, table, merge_sql, columns, max_rows)
     if changes is False:
-        return False
+        return NotApplicable("a MERGE clause this path does not resolve")
     if changes is None or changes.num_rows > max_rows:
-        log.info("more than %d resolved changes: committed by Spark's MERGE", max_rows)
-        return False
+        return NotApplicable(f"more than {max_rows:,} resolved changes (local_commit_max_rows)")
     counts = {"num_inserted_rows": 0, "num_updated_rows": 0, "num_deleted_rows": 0}
     if changes.num_rows == 0:
         return counts  # nothing to write; the catalog records the new frontier
     quoted = {f'"{name}"': f's."{name}"' for name, _ in columns}
     identity = f't."{ROW_ID}" = s."{MATCHED_ID}" AND t."{DUP}" = s."{MATCHED_DUP}"'
-    before_commit()
+    tag.fence()
     try:
-        done = _merge(table, changes, identity, quoted, metadata, txn_app_id, txn_version)
+        done = _merge(table, changes, identity, quoted, tag)
     except CommitFailedError:
         raise  # a concurrent commit: the refresh retries from the start
     except DeltaError as err:
         # Nothing landed (delta-rs commits last), or it did and Spark's MERGE is skipped by the
         # transaction id: either way Spark's MERGE is safe, and a delta-rs limit costs speed only.
         log.warning("delta-rs could not commit the change (%s); committed by Spark's MERGE", str(err)[:300])
-        return False
+        return NotApplicable(f"delta-rs could not commit it: {str(err)[:300]}")
     log.info("committed %d resolved changes with delta-rs in %s ms", changes.num_rows, done.get("execution_time_ms"))
     return {"num_inserted_rows": done.get("num_target_rows_inserted", 0),
             "num_updated_rows": done.get("num_target_rows_updated", 0),
             "num_deleted_rows": done.get("num_target_rows_deleted", 0)}
 
 
-def _merge(table, changes, identity: str, quoted: dict, metadata: dict, txn_app_id: str, txn_version: int) -> dict:
+def _merge(table, changes, identity: str, quoted: dict, tag: CommitTag) -> dict:
     return (table.merge(changes, identity, source_alias="s", target_alias="t",
-                        commit_properties=CommitProperties(
-                            custom_metadata={"userMetadata": json.dumps({COMMIT_KEY: metadata}, sort_keys=True,
-                                                                        default=str)},
-                            app_transactions=[Transaction(txn_app_id, int(txn_version))]))
+                        commit_properties=tag.delta_rs_properties())
             .when_matched_delete(predicate=f"s.\"{ACTION}\" = 'D'")
             .when_matched_update(quoted, predicate=f"s.\"{ACTION}\" = 'U'")
             .when_not_matched_insert(quoted, predicate=f"s.\"{ACTION}\" = 'I'")

@@ -22,16 +22,18 @@ writes change files for it).
 """
 from __future__ import annotations
 
-import json
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from deltalake import write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
 
+from airflow_trickle.refresh.commit_tag import CommitTag, NotApplicable
 from airflow_trickle.refresh.local_merge import why_not_writable
 from airflow_trickle.refresh.stored_reads import at_most, stored_row_count
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
-from airflow_trickle.storage.deltalog import COMMIT_KEY, open_table
+from airflow_trickle.storage.deltalog import open_table
 
 if TYPE_CHECKING:
     from airflow_trickle.location import Location
@@ -39,51 +41,43 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def overwrite_locally(spark, location: "Location", rows_sql: str, *, metadata: dict, txn_app_id: str,
-                      txn_version: int, max_rows: int, before_commit: Callable[[], None]) -> bool | None:
+def overwrite_locally(spark, location: "Location", rows_sql: str, *, tag: CommitTag,
+                      max_rows: int) -> None | NotApplicable:
     """Replace the rows of the storage table at ``location`` with those of ``rows_sql`` (every
-    stored column, by name), computed by Spark and written by delta-rs.
+    stored column, by name), computed by Spark and written by delta-rs under ``tag``.
 
-    True when written; None when the transaction ``(txn_app_id, txn_version)`` had landed
-    already (nothing written, as Spark skips it); False when this path does not apply and the
-    caller runs Spark's overwrite: delta-rs does not write the table as Spark does, it holds
-    more than ``max_rows`` rows, or the result does (then not brought into this process beyond
-    ``max_rows + 1`` rows).  ``before_commit`` runs just before delta-rs commits.
+    None when written, or when the refresh's transaction had landed already (nothing written,
+    as Spark skips it); :class:`NotApplicable` when this path does not apply and the caller
+    runs Spark's overwrite: delta-rs does not write the table as Spark does, it holds more than
+    ``max_rows`` rows, or the result does (then not brought into this process beyond
+    ``max_rows + 1`` rows).
     """
-    from deltalake import CommitProperties, Transaction, write_deltalake
-    from deltalake.exceptions import CommitFailedError, DeltaError
-
     table = open_table(location, fresh=True)
     why_not = why_not_writable(table)
     if why_not:
-        log.debug("FULL written by Spark: delta-rs does not write this table (%s)", why_not)
-        return False
-    if (table.transaction_version(txn_app_id) or -1) >= txn_version:
+        return NotApplicable(f"delta-rs does not write this table: {why_not}")
+    if tag.landed_in(table):
         return None
     if stored_row_count(table) > max_rows:
-        return False
+        return NotApplicable(f"the table holds more than {max_rows:,} rows (local_commit_max_rows)")
     rows = at_most(spark.sql(hoist_nested_ctes(rows_sql)), max_rows)
     if rows is None:
-        log.info("the FULL refresh computed more than %d rows: written by Spark's overwrite", max_rows)
-        return False
+        return NotApplicable(f"the result holds more than {max_rows:,} rows (local_commit_max_rows)")
     try:
         rows = as_stored(rows, pa.schema(table.schema().to_arrow()))
     except (KeyError, pa.ArrowException) as err:  # a value Spark's store assignment would decide about
-        log.warning("the FULL refresh's rows do not fit the stored columns as computed (%s); written by Spark", err)
-        return False
-    before_commit()
+        return NotApplicable(f"the rows do not fit the stored columns as computed ({err})")
+    tag.fence()
     try:
-        write_deltalake(table, rows, mode="overwrite", commit_properties=CommitProperties(
-            custom_metadata={"userMetadata": json.dumps({COMMIT_KEY: metadata}, sort_keys=True, default=str)},
-            app_transactions=[Transaction(txn_app_id, int(txn_version))]))
+        write_deltalake(table, rows, mode="overwrite", commit_properties=tag.delta_rs_properties())
     except CommitFailedError:
         raise  # a concurrent commit: the refresh retries from the start
     except DeltaError as err:
         # delta-rs commits last: nothing landed, and Spark's overwrite is safe
         log.warning("delta-rs could not write the FULL refresh (%s); written by Spark", str(err)[:300])
-        return False
+        return NotApplicable(f"delta-rs could not write it: {str(err)[:300]}")
     log.info("FULL refresh: %d rows written by delta-rs", rows.num_rows)
-    return True
+    return None
 
 
 def as_stored(rows: pa.Table, schema: pa.Schema) -> pa.Table:

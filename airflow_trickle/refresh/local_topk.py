@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_trickle.model import DUP, ROW_ID
-from airflow_trickle.refresh.resolution import ACTION, MATCHED_DUP, MATCHED_ID, resolved_rows
+from airflow_trickle.refresh.resolution import ACTION, MATCHED_DUP, MATCHED_ID, resolved_rows  # noqa: F401 - the doctests
 from airflow_trickle.sql.rewrite import row_hash_sql
 
 log = logging.getLogger(__name__)

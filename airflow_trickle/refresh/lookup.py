@@ -2,8 +2,8 @@
 of, the changes read, and the rows found handed to Spark.
 
 Every lookup here gathers rows into the refreshing process, so each is bounded before it
-gathers: a change of more than :data:`MAX_CHANGE_ROWS` rows (by the commits' metrics) is not
-read, and a lookup that would gather more than :data:`MAX_PROBED_SHARE` of a table is left to
+gathers: a change of more than ``refresh/plan.MAX_CHANGE_ROWS`` rows is not read, and a lookup
+that would gather more than ``refresh/plan.MAX_PROBED_SHARE`` of a table is left to
 Spark's scan.  A bound met raises :class:`~airflow_trickle.storage.arrangement.Stale`; with the
 errors delta-rs and Arrow raise for what they cannot read (:data:`DECLINED`), it sends that part
 of the delta back to Spark.  Any other error is a bug and fails the refresh.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -24,29 +23,16 @@ from airflow_trickle.dvm.base import W, Versions
 from airflow_trickle.dvm.bindings import Relation, Relations
 from airflow_trickle.dvm.join_terms import Probe
 from airflow_trickle.refresh.narrowing import narrowed
+from airflow_trickle.refresh import plan as bounds
+from airflow_trickle.refresh.plan import Fallback, ReadPath, change_rows_bound
 from airflow_trickle.spark.jars import cache_root
 from airflow_trickle.storage.arrangement import WEIGHT, Stale, Unarrangeable, change_rows
 from airflow_trickle.storage.arrangements import Arrangements
-from airflow_trickle.storage.deltalog import changed_rows, open_table
+from airflow_trickle.storage.deltalog import data_files, open_table
 
-#: A change of more rows than this is not read into the refreshing process: Spark joins it.
-MAX_CHANGE_ROWS = 2_000_000
-#: A probe that would gather more than this share of an arrangement's rows, and more than
-#: ``PROBED_ROWS_FLOOR`` rows, is left to Spark's scan: rows handed to Spark as a local relation
-#: cost some microseconds each, a scan a fraction of one (benchmarks/README.md, "TPC-H at SF 1,
-#: all 22: subqueries, outer joins and nested aggregates probed").
-MAX_PROBED_SHARE, PROBED_ROWS_FLOOR = 0.05, 100_000
 #: What a lookup may meet and still leave its part of the delta to Spark's scans: a bound it
 #: checked, or a table delta-rs or Arrow cannot read as Spark does.
 DECLINED = (Stale, Unarrangeable, DeltaError, pa.ArrowException, OSError)
-
-
-class ReadPath(StrEnum):
-    """How a part of a delta was read."""
-
-    PROBED = "probed"  # its inputs looked up through arrangements
-    READ_ONCE = "read once"  # a change read by delta-rs, handed to every scan of it
-    SCANNED = "scanned"  # Spark's scans: a lookup declined
 
 
 @dataclass(frozen=True)
@@ -57,11 +43,18 @@ class PartPath:
     path: ReadPath
     rows: int = 0  # rows handed to Spark for it
     detail: str = ""  # what was looked up, or why it was not
+    planned: ReadPath | None = None  # the path the plan gave it
 
     def line(self) -> str:
         if self.path is ReadPath.SCANNED:
             return f"{self.part}: scanned ({self.detail})"
         return f"{self.part}{self.detail}"
+
+    def fallback(self) -> Fallback | None:
+        """The departure from the plan this path is, if any."""
+        if self.planned is None or self.planned is self.path:
+            return None
+        return Fallback(self.part, str(self.planned), str(self.path), self.detail)
 
     def to_dict(self) -> dict:
         return {"part": self.part, "path": str(self.path), "rows": self.rows, "detail": self.detail}
@@ -79,6 +72,9 @@ class ProbeReport:
 
     def lines(self) -> list[str]:
         return [p.line() for p in self.paths]
+
+    def fallbacks(self) -> list[Fallback]:
+        return [f for f in (p.fallback() for p in self.paths) if f is not None]
 
 
 def arrangements_on(config) -> bool:
@@ -117,6 +113,18 @@ class SourceTables:
 
     def options(self, source: str):
         return self.locations[source].delta_options
+
+    def change_rows(self, source: str, old: int, new: int) -> tuple[int, str | None]:
+        """The rows of ``source``'s change (its commits' metrics), and why it is too large to
+        read here, or None (``refresh/plan.change_rows_bound``)."""
+        return change_rows_bound(self.locations[source], old, new)
+
+    def build_bytes(self, source: str, key: str, arrangements: Arrangements) -> int:
+        """The bytes of ``source``'s files a build of its arrangement by ``key`` reads: none
+        when one is kept already (it is caught up from the change feed)."""
+        if arrangements.folder(self.uri(source), key).exists():
+            return 0
+        return sum(data_files(self.locations[source]))
 
     def large_inputs(self, probes, min_rows: int) -> bool:
         """Whether delta-rs reads every input ``probes`` look up and one holds ``min_rows`` rows
@@ -159,17 +167,6 @@ class Lookups:
     ready: dict = field(default_factory=dict)
     changes: dict = field(default_factory=dict)
 
-    def worth_it(self, source: str, probes, min_rows: int) -> bool:
-        """Whether probing saves a scan: the change of ``source`` is readable by delta-rs and an
-        input ``probes`` look up is large."""
-        if source not in self.tables.locations:
-            return False
-        try:
-            return self.tables.large_inputs(probes, min_rows)
-        except DECLINED as err:  # unreadable by delta-rs: Spark scans it
-            self.report.paths.append(PartPath(f"{source} change", ReadPath.SCANNED, detail=str(err)))
-            return False
-
     def register(self, relations: dict[int, tuple[pa.Table, tuple[str, ...]]]) -> Relations:
         """Each FROM item's rows handed to Spark as a temporary view (named in ``scratch``)."""
         self.report.rows += sum(rows.num_rows for rows, _ in relations.values())
@@ -200,20 +197,18 @@ class Lookups:
 
     def change(self, source: str, columns: tuple[str, ...], v: Versions) -> pa.Table:
         """The change of ``source`` over the window (``columns`` and the weight ``W``), read once
-        per refresh by delta-rs (a read of more of its columns serves a read of fewer); raises
-        :class:`Stale` when it is too large to read into this process."""
+        per refresh by delta-rs (a read of more of its columns serves a read of fewer); the plan
+        checked its size by the commits' metrics, and :class:`Stale` is raised when the rows
+        read are more than that bound after all."""
         key = (source, columns)
         wider = next((rows for (name, held), rows in self.changes.items()
                       if name == source and set(columns) <= set(held)), None)
         if key not in self.changes and wider is not None:  # read already with these columns among others
             self.changes[key] = wider.select([*columns, W])
         if key not in self.changes:
-            estimate = changed_rows(self.tables.locations[source], v.old[source], v.new[source])
-            if estimate > MAX_CHANGE_ROWS:  # the commits' metrics say so before anything is read
-                raise Stale(f"a change of about {estimate} rows is left to Spark")
             rows = change_rows(self.tables.uri(source), v.old[source], v.new[source], list(columns),
                                self.tables.options(source))
-            if rows.num_rows > MAX_CHANGE_ROWS:
+            if rows.num_rows > bounds.MAX_CHANGE_ROWS:
                 raise Stale(f"a change of {rows.num_rows} rows is left to Spark")
             self.changes[key] = rows.set_column(rows.schema.get_field_index(WEIGHT), W, rows[WEIGHT].cast(pa.int32()))
         return self.changes[key]
@@ -277,15 +272,15 @@ def handed_to_spark(env, rows: pa.Table, columns, scratch: list[str]) -> Relatio
 
 def probed(arranged, values, version: int, columns) -> pa.Table:
     """The rows of ``arranged`` at ``version`` whose key is among ``values``; raises
-    :class:`Stale`, before gathering them, when they are more than :data:`MAX_PROBED_SHARE` of
-    the table (and more than :data:`PROBED_ROWS_FLOOR`)."""
+    :class:`Stale`, before gathering them, when they are more than ``refresh/plan.MAX_PROBED_SHARE``
+    of the table (and more than ``PROBED_ROWS_FLOOR``)."""
     check_share(arranged, arranged.base_rows_of(values))
     return arranged.probe(values, version, list(columns))
 
 
 def check_share(arranged, rows: int) -> None:
     held = arranged.base.num_rows
-    if rows > PROBED_ROWS_FLOOR and rows > MAX_PROBED_SHARE * held:
+    if rows > bounds.PROBED_ROWS_FLOOR and rows > bounds.MAX_PROBED_SHARE * held:
         raise Stale(f"{arranged.uri}: {rows} of its {held} rows match; a scan is cheaper")
 
 

@@ -19,9 +19,11 @@ from airflow_trickle.dvm.bindings import GroupRows
 from airflow_trickle.dvm.block import Block
 from airflow_trickle.dvm.group_probes import group_chains, group_keys_of_changes, group_probes
 from airflow_trickle.dvm.join_terms import Probe
+from airflow_trickle.options import Placement
 from airflow_trickle.refresh.lookup import (DECLINED, Lookups, PartPath, ProbeReport, ReadPath, SourceTables,
                                            arrangements_of)
 from airflow_trickle.refresh.narrowing import narrowed, scan_conditions
+from airflow_trickle.refresh.plan import placement_of
 from airflow_trickle.storage.arrangement import Stale
 
 log = logging.getLogger(__name__)
@@ -115,7 +117,7 @@ def probe_groups(env, plan, block, v: Versions, scratch: list[str], report: Prob
     column looked up and an input is large; else ``v`` unchanged.  What it did goes into
     ``report``, with the milliseconds spent building arrangements (the refresh counts them apart
     from the delta's)."""
-    arrangements = arrangements_of(env.config)
+    arrangements = arrangements_of(env.config) if placement_of(plan.st) is Placement.AUTO else None
     known_groups = v.bindings.touched_groups(block)
     chain = group_probes(block, v) if arrangements is not None and known_groups else None
     if chain is None:

@@ -26,63 +26,71 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from airflow_trickle.model import Action, RefreshMode, SourceType
 from airflow_trickle.names import quote_name
 from airflow_trickle.options import FullRefreshWrite
+from airflow_trickle.refresh.committer import Commits
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Writer:
-    """A statement and how it is committed (``commit(sql)`` runs it on Spark under the refresh's
-    commit metadata and transaction id)."""
+    """A statement and the committer that commits it (``refresh/committer.py``)."""
 
     sql: str
     #: An INSERT or a CTAS: no MERGE metrics, they are read back from its commit.
     inserting: ClassVar[bool] = False
     #: Every stored row goes (it deleted as many as were stored before).
     rewriting: ClassVar[bool] = False
+    #: Which committer it asks first: Spark, or delta-rs (Spark where delta-rs does not apply).
+    committer: ClassVar[str] = "spark"
+    #: What it commits, for the refresh's plan.
+    what: ClassVar[str] = "a MERGE"
 
-    def write(self, commit, local_commit, local_overwrite, local_difference) -> dict | None:
-        """Run the statement; its metrics (None: Delta skipped it, the transaction had landed).
-
-        ``commit(sql)`` runs a statement on Spark; ``local_commit(merge_sql)``,
-        ``local_overwrite(rows_sql)`` and ``local_difference(result_sql)`` (a :class:`LocalDiffMerge`'s)
-        write through delta-rs where that applies (False: it does not)."""
-        return commit(self.sql)
+    def write(self, commits: Commits) -> dict | None:
+        """Commit; the metrics (None: Delta skipped it, the transaction had landed)."""
+        return commits.spark.run(self.sql)
 
 
 class DeltaMerge(Writer):
     """A DIFFERENTIAL MERGE, run by Spark."""
 
 
+@dataclass(frozen=True)
 class LocalMerge(Writer):
-    """The MERGE committed by delta-rs where that applies, else by Spark."""
+    """The MERGE committed by delta-rs where that applies, else by Spark; ``resolved(table)``:
+    its changes resolved in this process already (a top-K's, a bag table's), or None."""
 
-    def write(self, commit, local_commit, local_overwrite, local_difference) -> dict | None:
-        metrics = local_commit(self.sql)
-        return commit(self.sql) if metrics is False else metrics
+    resolved: Callable | None = None
+    committer: ClassVar[str] = "delta-rs"
+    what: ClassVar[str] = "the MERGE's changes resolved by Spark"
+
+    def write(self, commits: Commits) -> dict | None:
+        return commits.through_delta_rs(commits.delta_rs.merge(self.sql, resolved=self.resolved), self.sql)
 
 
 class Append(Writer):
     """A delta that only adds rows: an INSERT."""
 
     inserting = True
+    what: ClassVar[str] = "an append: the change only adds rows"
 
 
 class FirstFill(Writer):
     """The first population of empty storage: an INSERT."""
 
     inserting = True
+    what: ClassVar[str] = "the first population: an INSERT"
 
 
 class Overwrite(Writer):
     """A FULL refresh replacing every stored row: INSERT OVERWRITE."""
 
     inserting = rewriting = True
+    what: ClassVar[str] = "INSERT OVERWRITE of the recomputed rows"
 
 
 @dataclass(frozen=True)
@@ -91,15 +99,18 @@ class LocalOverwrite(Overwrite):
     delta-rs where the table and the result are small, else Spark's INSERT OVERWRITE (``sql``)."""
 
     rows_sql: str = ""
+    committer: ClassVar[str] = "delta-rs"
+    what: ClassVar[str] = "the recomputed rows, where they and the table hold at most local_commit_max_rows"
 
-    def write(self, commit, local_commit, local_overwrite, local_difference) -> dict | None:
-        if local_overwrite(self.rows_sql) is False:
-            return commit(self.sql)
+    def write(self, commits: Commits) -> dict | None:
+        commits.through_delta_rs(commits.delta_rs.overwrite(self.rows_sql), self.sql)
         return None  # an inserting writer's metrics are read back from its commit
 
 
 class DiffMerge(Writer):
     """A FULL refresh applied as a MERGE of the difference, run by Spark."""
+
+    what: ClassVar[str] = "a MERGE of the difference"
 
 
 @dataclass(frozen=True)
@@ -109,16 +120,18 @@ class LocalDiffMerge(DiffMerge):
     Spark's MERGE of the whole statement (``sql``).  ``result_sql``: the recomputed rows."""
 
     result_sql: str = ""
+    committer: ClassVar[str] = "delta-rs"
+    what: ClassVar[str] = "the difference as a bag delta, where it holds at most local_commit_max_rows rows"
 
-    def write(self, commit, local_commit, local_overwrite, local_difference) -> dict | None:
-        metrics = local_difference(self.result_sql)
-        return commit(self.sql) if metrics is False else metrics
+    def write(self, commits: Commits) -> dict | None:
+        return commits.through_delta_rs(commits.delta_rs.difference(self.result_sql, commits.spark), self.sql)
 
 
 class Replace(Writer):
     """The storage table replaced in one commit (a REINITIALIZE whose columns change)."""
 
     inserting = rewriting = True
+    what: ClassVar[str] = "the storage table replaced"
 
 
 def kept_clustering(st) -> list[str]:
@@ -134,9 +147,11 @@ def kept_clustering(st) -> list[str]:
 
 
 def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql: str | None, appending: bool,
-                  local: bool) -> Writer:
+                  local: bool, delta_rs: bool = True, resolved=None) -> Writer:
     """The writer of a decided refresh: ``delta_sql`` is the DIFFERENTIAL statement (None for
-    FULL and REINITIALIZE); ``local``: the cost model expects a change small enough for delta-rs."""
+    FULL and REINITIALIZE), ``resolved`` its changes resolved in this process already (or None);
+    ``local``: the plan commits the change through delta-rs (small enough for it); ``delta_rs``:
+    the plan lets delta-rs commit at all (``refresh/plan.py``)."""
     from airflow_trickle.storage.deltalog import has_no_data_files
     from airflow_trickle.refresh.schema import storage_changes
     from airflow_trickle.storage.definitions import definition_properties
@@ -145,7 +160,7 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
     if delta_sql is not None:
         if appending:
             return Append(delta_sql)
-        return LocalMerge(delta_sql) if local else DeltaMerge(delta_sql)
+        return LocalMerge(delta_sql, resolved) if local else DeltaMerge(delta_sql)
     if action == Action.REINITIALIZE and storage_changes(env, st):
         rows = full_rows_sql(env, st, current)
         return Replace(replace_storage_sql(st.name, rows, st.output_columns, st.storage,
@@ -156,10 +171,10 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
     # catalog has never seen populated is worth the log read (after a crash it may hold data).
     if not st.is_populated and has_no_data_files(env.catalog.at(st.location)):
         return FirstFill(fill_storage_sql(env, st, current))
-    return full_writer(env, st, current, local=local)
+    return full_writer(env, st, current, local=local, delta_rs=delta_rs)
 
 
-def full_writer(env, st, current: dict[str, int], *, local: bool = False) -> Writer:
+def full_writer(env, st, current: dict[str, int], *, local: bool = False, delta_rs: bool = True) -> Writer:
     """A FULL recompute into populated storage: replace the stored rows in one INSERT OVERWRITE
     when no stream table reads this one's change feed (the diffing MERGE joins new and stored
     rows first), else MERGE only the difference (:func:`full_overwrites`) -- of a bag table
@@ -167,8 +182,8 @@ def full_writer(env, st, current: dict[str, int], *, local: bool = False) -> Wri
     if full_overwrites(env, st):
         rows = full_storage_rows_sql(env, st, current)
         insert = fill_storage_sql(env, st, current, overwrite=True, rows=rows)
-        return LocalOverwrite(insert, rows) if env.config.local_commit_max_rows > 0 else Overwrite(insert)
-    if local and not st.storage.is_keyed and env.config.local_commit_max_rows > 0:
+        return LocalOverwrite(insert, rows) if delta_rs else Overwrite(insert)
+    if local and not st.storage.is_keyed and delta_rs:
         from airflow_trickle.refresh.full import bag_full_merge_sql, pinned_query_sql
 
         result = pinned_query_sql(env, st, current)

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from airflow_trickle.model import HIDDEN_PREFIX
-from airflow_trickle.names import COMMIT_KEY, normalize_location, quote_name
+from airflow_trickle.names import commit_user_metadata, normalize_location, quote_name
 from airflow_trickle.spark.engine import session_settings
 
 _CONF_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -64,7 +64,7 @@ def refresh_commit(spark, *, metadata: dict, txn_app_id: str | None, txn_version
     refresh retried after its commit landed cannot apply its changes twice.  ``txn_app_id=None``
     tags the commit with ``metadata`` only (a RESTORE takes no transaction id).
     """
-    settings = {_CONF_USER_METADATA: json.dumps({COMMIT_KEY: metadata}, sort_keys=True, default=str)}
+    settings = {_CONF_USER_METADATA: commit_user_metadata(metadata)}
     if txn_app_id is not None:
         settings.update({_CONF_TXN_APP: txn_app_id, _CONF_TXN_VERSION: str(int(txn_version))})
     with session_settings(spark, settings):
@@ -79,8 +79,6 @@ def visible_columns(spark, name: str) -> list[tuple[str, str]]:
 
 def schema_fingerprint(columns: list[tuple[str, str]]) -> str:
     """A source's schema as a short hash: a refresh compares it with the one its definition saw."""
-    import json
-
     import xxhash
 
     return xxhash.xxh64(json.dumps(columns).encode()).hexdigest()

@@ -271,3 +271,8 @@ def commit_history(location: Location, limit: int | None = None) -> list[dict]:
 def active_file_count(location: Location) -> int:
     """Data files in the newest version (what a read of the table opens)."""
     return open_table(location).get_add_actions(flatten=True).num_rows
+
+
+def data_files(location: Location) -> list[int]:
+    """The size in bytes of each data file of the newest version, from the log."""
+    return [n or 0 for n in open_table(location).get_add_actions(flatten=True).column("size_bytes").to_pylist()]

@@ -68,20 +68,32 @@ class JoinTerm:
     aggregated: bool = False
 
 
+@dataclass(frozen=True)
+class JoinedBlock:
+    """A block joining several FROM items (none by a FULL join): what its lookups walk."""
+
+    block: Block
+    aliases: list[str]
+    used: dict[str, set[str]]  # the columns of each item the block reads
+    equalities: list[tuple[int, str, int, str]]  # ``dvm/conjuncts.equalities``
+
+
+def joined_blocks(node: Node):
+    """Each :class:`JoinedBlock` under ``node``."""
+    for block in operators(node):
+        if isinstance(block, Block) and len(block.items) > 1 and not has_full_join(block):
+            aliases = [alias for alias, _ in block.items]
+            yield JoinedBlock(block, aliases, columns_by_alias(block.template, aliases), equalities(block, aliases))
+
+
 def join_terms(node: Node, v: Versions) -> tuple[JoinTerm, ...]:
     """Every join-delta term under ``node`` whose change is a stored table's change feed and
     that reaches at least one other stored input by an equality."""
-    terms = []
-    for block in operators(node):
-        if isinstance(block, Block) and len(block.items) > 1 and not has_full_join(block):
-            terms += _block_terms(block, v)
-    return tuple(terms)
+    return tuple(term for joined in joined_blocks(node) for term in _block_terms(joined, v))
 
 
-def _block_terms(block: Block, v: Versions) -> list[JoinTerm]:
-    aliases = [alias for alias, _ in block.items]
-    used = columns_by_alias(block.template, aliases)
-    found = equalities(block, aliases)
+def _block_terms(joined: JoinedBlock, v: Versions) -> list[JoinTerm]:
+    block, used, found = joined.block, joined.used, joined.equalities
     terms = []
     for i, (alias, node) in enumerate(block.items):
         item = node.keyed()

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from airflow_trickle.dvm.base import Node, Versions, operators
-from airflow_trickle.dvm.block import Block
-from airflow_trickle.dvm.conjuncts import columns_by_alias, equalities, has_full_join, pair_sql, plain_equalities
+from airflow_trickle.dvm.base import Node, Versions
+from airflow_trickle.dvm.conjuncts import pair_sql, plain_equalities
 from airflow_trickle.dvm.join import JoinKind
-from airflow_trickle.dvm.join_terms import Probe, walk
+from airflow_trickle.dvm.join_terms import JoinedBlock, Probe, joined_blocks, walk
 from airflow_trickle.dvm.keyed import stored_columns
 
 #: The pseudo FROM item whose rows are an outer term's join-key values (:class:`OuterTerm`).
@@ -49,17 +48,11 @@ class OuterTerm:
 def outer_terms(node: Node, v: Versions) -> tuple[OuterTerm, ...]:
     """Every outer term under ``node`` whose changed item is a stored table's change feed (or a
     keyed aggregate of one) joined by a plain column (:class:`OuterTerm`)."""
-    found = []
-    for block in operators(node):
-        if isinstance(block, Block) and len(block.items) > 1 and not has_full_join(block):
-            found += _block_outer_terms(block, v)
-    return tuple(found)
+    return tuple(term for joined in joined_blocks(node) for term in _block_outer_terms(joined, v))
 
 
-def _block_outer_terms(block: Block, v: Versions) -> list[OuterTerm]:
-    aliases = [alias for alias, _ in block.items]
-    used = columns_by_alias(block.template, aliases)
-    found_equalities = equalities(block, aliases)
+def _block_outer_terms(joined: JoinedBlock, v: Versions) -> list[OuterTerm]:
+    block, aliases, used = joined.block, joined.aliases, joined.used
     found = []
     for i, (alias, item) in enumerate(block.items):
         step = block.step(i)
@@ -82,7 +75,7 @@ def _block_outer_terms(block: Block, v: Versions) -> list[OuterTerm]:
             probes.append(Probe(item=j, source=held.table, which="new" if j < i else "old",
                                 key=held.column(outer.name), columns=held.columns(used[aliases[j]]),
                                 by=OUTER_KEYS, by_column=key))
-            probes += walk(block, j, used, found_equalities, lambda n: "new" if n < i else "old", blocked={i})
+            probes += walk(block, j, used, joined.equalities, lambda n: "new" if n < i else "old", blocked={i})
         found.append(OuterTerm(block=block, changed=i, source=stored.table, key=key,
                                columns=stored.columns(used[alias]), probes=tuple(probes)))
     return found

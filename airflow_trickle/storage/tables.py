@@ -171,10 +171,12 @@ def drop_storage_table(spark, name: str, catalog) -> None:
     """Drop the table and remove its files (the embedded catalog registers tables as external):
     through the directory or the object store, with the warehouse's storage options (the
     ``catalog``'s), from this process -- over Spark Connect as well, with no JVM here."""
+    from pyspark.errors import AnalysisException  # the engine's: only where a table is dropped
+
     location = None
     try:
         location = table_location(spark, name)
-    except Exception:  # noqa: BLE001 - already gone
+    except AnalysisException:  # already gone
         pass
     spark.sql(f"DROP TABLE IF EXISTS {quote_name(name)}")
     if location:

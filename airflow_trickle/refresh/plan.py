@@ -26,7 +26,8 @@ from enum import StrEnum
 
 from airflow_trickle.model import Action
 from airflow_trickle.options import Placement
-from airflow_trickle.storage.deltalog import changed_rows, data_files
+from airflow_trickle.refresh.local_merge import why_not_writable
+from airflow_trickle.storage.deltalog import changed_rows, data_files, open_table
 
 #: A change of more rows than this (by its commits' metrics) is not read into the refreshing
 #: process: Spark joins it.
@@ -148,14 +149,17 @@ def plan_execution(env, st, action: Action, estimate) -> ExecutionPlan:
     (:func:`plan_commit`); the parts of a DIFFERENTIAL's delta are added once the DVM has
     planned it (``refresh/arranged.plan_lookups``)."""
     placement = placement_of(st)
-    return ExecutionPlan(action, placement, plan_commit(env, st, action, estimate),
-                         delta_rs_allowed=placement is not Placement.SPARK and env.config.local_commit_max_rows > 0)
+    unwritable = why_not_writable(open_table(env.catalog.at(st.location))) if st.location else None
+    return ExecutionPlan(action, placement, plan_commit(env, st, action, estimate, unwritable=unwritable),
+                         delta_rs_allowed=(placement is not Placement.SPARK and env.config.local_commit_max_rows > 0
+                                           and not unwritable))
 
 
-def plan_commit(env, st, action: Action, estimate) -> PlannedCommit:
-    """The committer of a refresh of ``st`` by ``action``: delta-rs where the change is expected
-    to touch at most ``local_commit_max_rows`` stored rows and rewrite at most
-    ``local_commit_max_bytes`` of its files, else Spark."""
+def plan_commit(env, st, action: Action, estimate, *, unwritable: str | None = None) -> PlannedCommit:
+    """The committer of a refresh of ``st`` by ``action``: delta-rs where it writes the table as
+    Spark does (``unwritable``: why not) and the change is expected to touch at most
+    ``local_commit_max_rows`` stored rows and rewrite at most ``local_commit_max_bytes`` of its
+    files, else Spark."""
     config = env.config
     if placement_of(st) is Placement.SPARK:
         return PlannedCommit(Committer.SPARK, "placement: spark")
@@ -163,6 +167,8 @@ def plan_commit(env, st, action: Action, estimate) -> PlannedCommit:
         return PlannedCommit(Committer.SPARK, "local_commit_max_rows is 0")
     if estimate is None:
         return PlannedCommit(Committer.SPARK, "the change's size is not known")
+    if unwritable:
+        return PlannedCommit(Committer.SPARK, f"delta-rs does not write this table: {unwritable}")
     touched = estimate.touched_rows
     if touched > config.local_commit_max_rows:
         return PlannedCommit(Committer.SPARK, f"~{touched:,} stored rows touched, above local_commit_max_rows "

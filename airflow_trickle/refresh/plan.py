@@ -182,18 +182,25 @@ def plan_commit(env, st, action: Action, estimate, *, unwritable: str | None = N
 
 
 def rewritten_bytes(env, st, touched: int) -> int | None:
-    """The bytes of the files a delta-rs commit touching ``touched`` stored rows rewrites: a
-    stored row's file is where its identity hashes to, so ``touched`` rows fall in
-    ``files * (1 - (1 - 1/files) ** touched)`` of them on average; None when the log says
-    nothing (no location)."""
-    if not st.location:
-        return None
-    sizes = data_files(env.catalog.at(st.location))
+    """The bytes of the stored table's files a delta-rs commit touching ``touched`` stored rows
+    rewrites (:func:`expected_rewrite`); None when there is no table yet."""
+    return expected_rewrite(data_files(env.catalog.at(st.location)), touched) if st.location else None
+
+
+def expected_rewrite(sizes: list[int], touched: int) -> int:
+    """The bytes rewritten, on average, when ``touched`` rows are changed in files of ``sizes``:
+    a stored row's file is where its identity hashes to, so the rows fall in
+    ``files * (1 - (1 - 1/files) ** touched)`` of them.
+
+    >>> expected_rewrite([100] * 10, 1), expected_rewrite([100] * 10, 10), expected_rewrite([100] * 10, 1000)
+    (100, 651, 1000)
+    >>> expected_rewrite([], 5)
+    0
+    """
     if not sizes:
         return 0
     files = len(sizes)
-    hit = files * (1 - (1 - 1 / files) ** touched)
-    return int(sum(sizes) * hit / files)
+    return round(sum(sizes) * (1 - (1 - 1 / files) ** touched))
 
 
 def change_rows_bound(location, old: int, new: int) -> tuple[int, str | None]:

@@ -78,8 +78,9 @@ class TrickleConfig:
     arrangement_dir: str | None = None
     #: A join delta probes arrangements when one of the inputs it looks up holds at least this
     #: many rows (smaller inputs are scanned cheaply; the first probe builds an arrangement).
-    #: TPC-H ``part`` at SF 3 (600k rows) is worth it once the change is narrowed by the
-    #: query's filter first (q14, q19: 0.9-1.0 s -> 0.6 s; ``benchmarks/README.md``).
+    #: An input of a few hundred thousand rows is worth it once the change is narrowed by the
+    #: query's filter first (benchmarks/README.md, "TPC-H at SF 3, all 22: changes narrowed by
+    #: the query's filter before they look anything up").
     arrangement_min_rows: int = 500_000
     #: A refresh builds an arrangement (reading its table into the refreshing process) only of a
     #: table whose files hold at most this many bytes; a larger input is scanned by Spark.

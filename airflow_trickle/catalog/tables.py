@@ -118,8 +118,9 @@ class DeltaTables:
         Inside one refresh (``storage.deltalog.reused_handles``) a handle is brought up to date
         (or, on an object store, opened) once, and again only after a write through this
         catalog: a refresh reads the catalog a dozen times (its dependencies alone six times,
-        two tables each), and each catch-up lists the table's log, ~2 ms (24 of them, ~50 ms of
-        a FULL refresh's ~0.2 s outside Spark, TPC-H SF 3).  Its reads then see the catalog as
+        two tables each), and each catch-up lists the table's log: together a share of a
+        refresh's time outside Spark (benchmarks/README.md, "TPC-H at SF 3, all 22: a refresh's
+        bookkeeping halved, and a fairer turn order").  Its reads then see the catalog as
         of its first read, plus its own writes; its own row cannot change meanwhile (one writer
         at a time, ``storage/lease.py``).
         ``newest``: brought up to date whatever the scope (a read-modify-write reads through it)."""

@@ -230,8 +230,9 @@ def read_columns(select: exp.Select, alias: str, columns: list[str]) -> list[str
     table's order; all of them when that cannot be told (an unqualified column or ``alias.*``).
 
     Why: a scan reads only what it needs, but the change of a table read once and handed to
-    Spark (``refresh/arranged.py``) carries every column its scans list -- TPC-H q14 shipped all
-    16 columns of ``lineitem``'s change, ``l_comment`` included, to use four.  Projecting a
+    Spark (``refresh/changes_once.py``) carries every column its scans list -- a wide table's
+    change would travel whole to feed a join that reads four of its columns (benchmarks/README.md,
+    "TPC-H at SF 3, all 22: scans read only the columns they use").  Projecting a
     weighted change is exact: the rows that differ only in columns not read sum their weights.
     A table no column of which is read (``COUNT(*)``) keeps its first, to stay a valid SELECT.
 

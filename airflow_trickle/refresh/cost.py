@@ -144,11 +144,10 @@ def touched_rows_matter(strategy, *, top_k: bool = False) -> bool:
     """Whether a delta's cost grows with the stored rows it touches, for a stream table stored
     with ``strategy``.  Not for an algebraic aggregate: its state is advanced from the change
     rows alone and the MERGE updates at most the touched groups, so touching every group of a
-    small aggregate (TPC-H q1: 2,000 changed line items, 4 groups) costs what the change costs
-    -- no reason to recompute it.  Not for a top-K (``top_k``) either: it stores k rows, and a
-    change of more than k/2 source rows would always "touch" more than half of them, while its
-    delta costs what the delta of the query under the LIMIT costs (TPC-H q3 at SF 1: 15,000
-    changed line items, 10 stored rows); the time rule measures that.  A bag delta re-emits
+    small aggregate (a few groups, every one of which a change reaches) costs what the change
+    costs -- no reason to recompute it.  Not for a top-K (``top_k``) either: it stores k rows, and
+    a change of more than k/2 source rows would always "touch" more than half of them, while its
+    delta costs what the delta of the query under the LIMIT costs; the time rule measures that.  A bag delta re-emits
     the rows it touches, and recomputing affected groups reads their whole input: those grow
     with the touched rows.
 

@@ -175,8 +175,8 @@ def _top_k_here(env, plan: DeltaPlan, v: Versions, scratch: list[str]) -> Prepar
     if not kinds or not set(top_k.columns) <= set(kinds):
         return None
     # The stored rows (k of them) are read here, by delta-rs, and handed to Spark: Spark reading
-    # the stored table after delta-rs committed the last refresh would rebuild its snapshot first
-    # (0.5-1 s of jobs on two cores, TPC-H q3 and q10 at SF 3).
+    # the stored table after delta-rs committed the last refresh would rebuild its snapshot first,
+    # in jobs of its own.
     stored = local_topk.stored_rows(table, top_k.columns)
     stored_view = f"__trickle_stored_{uuid.uuid4().hex}"
     env.engine.local_relation(stored.select(top_k.columns), stored_view,

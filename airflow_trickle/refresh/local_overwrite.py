@@ -1,11 +1,11 @@
 """A FULL refresh's small result written by delta-rs instead of Spark's INSERT OVERWRITE.
 
-Why: Spark's ``INSERT OVERWRITE`` of a Delta table costs about 0.9 s on two cores however few
-rows it writes -- it rebuilds the target's snapshot, plans and runs the write job, collects the
-file statistics and commits, in jobs of mostly driver time.  A FULL refresh of an aggregate
-writes a handful of rows: TPC-H q6 at SF 3 computes its one row in 0.8 s and the overwrite
-doubled that (``benchmarks/README.md``).  delta-rs replaces a small table's files in
-milliseconds, in this process.
+Why: Spark's ``INSERT OVERWRITE`` of a Delta table has a fixed price however few rows it
+writes -- it rebuilds the target's snapshot, plans and runs the write job, collects the file
+statistics and commits, in jobs of mostly driver time.  A FULL refresh of an aggregate writes a
+handful of rows, and that price can double its time (benchmarks/README.md, "TPC-H at SF 3, all
+22: a FULL refresh's small result written by delta-rs").  delta-rs replaces a small table's
+files in this process, without those jobs.
 
 Spark still computes every row, hidden columns included (the statement is the overwrite's own
 ``SELECT``); only the rows travel, at most ``local_commit_max_rows`` of them, and only for a

@@ -3,8 +3,9 @@
 Why: after Spark computes the candidates C = S ⊎ ΔQ (the stored top k plus the query's delta,
 consolidated: ``dvm/topk.py``), two more Spark statements used to follow -- the boundary probe
 (does C still cover the k-th stored row?) and the commit, which ranks C's copies, takes the top
-k and diffs them against the stored rows.  Each costs Spark's fixed price per statement, 0.5 s
-or more on two cores (TPC-H q10 at SF 3: probe 0.6 s, commit 0.6 s, for 4 changed rows).  C is
+k and diffs them against the stored rows.  Each costs Spark's fixed price per statement, however
+few rows change (benchmarks/README.md, "TPC-H at SF 3, all 22 (2026-12-05, evening), and a top-K
+decided in the refreshing process").  C is
 small (k rows plus the touched groups), so here it is collected once, with each content's bag
 identity computed by Spark, and the rest is ordering and counting over a few thousand rows:
 

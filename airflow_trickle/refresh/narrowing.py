@@ -1,10 +1,10 @@
 """Leave out, in Arrow, the rows of a change or of a lookup that a block's filter rejects.
 
 ``dvm/conjuncts.item_conditions`` gives, per FROM item, what its rows must satisfy to meet an
-output row (TPC-H q14: a line item shipped in September 1995).  Before the refresh looks
-further by a change's keys and hands its rows to Spark, :func:`narrowed` keeps only the rows
-that may pass: TPC-H q19's change of 28k line items keeps ~2k, and the parts they look up
-shrink with them.
+output row (a line item shipped in a given month, say).  Before the refresh looks further by a
+change's keys and hands its rows to Spark, :func:`narrowed` keeps only the rows that may pass,
+and the rows they look up shrink with them (benchmarks/README.md, "TPC-H at SF 3, all 22:
+changes narrowed by the query's filter before they look anything up").
 
 Arrow evaluates only what it evaluates as Spark does: comparisons of a column with a literal
 of the column's kind (or with another column of the same type), ``BETWEEN``, ``IN`` lists of

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 #: again (the sources, the table and the changes move on; a measurement goes stale).
 REMEASURE_AFTER = 8
 #: ...or more, for a delta measured far slower than recomputing: as many as keep the measuring
-#: refresh's extra time to this share of the FULLs' (on average).  A delta 4.3× its FULL
-#: (TPC-H q20 at SF 1: 7.2 s, 1.7 s) measured every 9th refresh made them 37% dearer.
+#: refresh's extra time to this share of the FULLs' (on average): a delta several times its FULL,
+#: measured every 9th refresh, made the refreshes a third dearer.
 REMEASURE_OVERHEAD = 0.1
 #: ...but never more than this: the tables grow, the changes shrink (and the rule reads the
 #: newest 50 refreshes of the history: ``refresh/apply.recent_times``).
@@ -78,9 +78,9 @@ def observed_times(records, planner: int | None = None) -> ObservedTimes:
     arrangements turned the other way, is measured again.  A top-K's DIFFERENTIAL that read
     beyond its boundary (``phases["beyond_boundary"]``: a row left the top k, so its commit
     recomputed its rows from the query) counts with its ``plan`` and ``probe`` only, what its
-    delta cost before the recompute: one crossing, right after an upgrade, sent TPC-H q10 FULL
-    (15 s measured, 5-6 s FULL) for up to :data:`REMEASURE_AFTER` refreshes where its deltas
-    take 2.3 s; q21's crossings spend 43 s before it, and still count as slower than its FULL.
+    delta cost before the recompute: counted whole, one crossing right after an upgrade would
+    send a top-K whose deltas are cheap FULL for up to :data:`REMEASURE_AFTER` refreshes, while a
+    delta dear before the recompute still counts as dear.
 
     The milliseconds a DIFFERENTIAL spent building arrangements (``phases["arrange"]``) count
     where two of the newest DIFFERENTIAL refreshes built: a warm host builds once, and that
@@ -147,8 +147,8 @@ def slower_than_full(changed_rows: int, observed: ObservedTimes, *, max_time_rat
 
     The rows a delta touches (:func:`full_is_cheaper`) do not show what its joins cost: each
     term joins one input's change with the whole of the others, so on tables of a few million
-    rows a delta can cost more than the query (TPC-H at SF 1: 19 of 19 queries).  The history
-    shows it.  After :data:`REMEASURE_AFTER` FULL refreshes in a row (more for a delta far
+    rows a delta can cost more than the query (benchmarks/README.md, "TPC-H at SF 1, 22 queries
+    (`tpch.py --scale 1`, 2026-11-27, evening) — before").  The history shows it.  After :data:`REMEASURE_AFTER` FULL refreshes in a row (more for a delta far
     slower: :func:`remeasure_after`) a DIFFERENTIAL runs again, so a measurement made on other
     data does not decide forever.
 
@@ -159,9 +159,8 @@ def slower_than_full(changed_rows: int, observed: ObservedTimes, *, max_time_rat
     True
 
     The fastest sample of a change at most twice as large decides, not the fastest of all: a
-    delta measured once over a window of many cycles (TPC-H q20 at SF 3: 35 s for 461k changed
-    rows) does not speak for a small window, nor may it hide the small windows' samples (50 s
-    and 42 s for 28k rows, against a 2.2 s FULL).
+    delta measured once over a window of many cycles does not speak for a small window, nor may
+    it hide the small windows' samples.
 
     >>> piled = ObservedTimes(35_100, 461_015, 2_200, 0, ((35_100, 461_015), (50_300, 28_425), (41_800, 28_311)))
     >>> slower_than_full(28_366, piled, max_time_ratio=1.0).split("),")[0]

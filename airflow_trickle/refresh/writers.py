@@ -197,13 +197,12 @@ def full_overwrites(env, st) -> bool:
 
     Both leave the same rows.  The MERGE joins the recomputed rows with the stored ones to
     change only what differs, so its change feed holds only real changes -- what a stream table
-    reading this one needs to stay cheap; the overwrite skips that join (at TPC-H SF 1 the MERGE
-    made a FULL refresh cost 1.1-2.3x a plain INSERT OVERWRITE, the overwrite ~1.2x) and its
-    change feed holds every row removed and added.  ``auto`` overwrites unless a stream table
-    that refreshes DIFFERENTIAL reads this one (:func:`reads_change_feed`): a reader that runs
-    FULL recomputes from the rows, never from the feed, and the MERGE cost a chain of FULL
-    stream tables 29-32 s a hop at 10M rows where the overwrite takes 2-3 s
-    (``benchmarks/cascade.py``).
+    reading this one needs to stay cheap; the overwrite skips that join, and its change feed
+    holds every row removed and added.  ``auto`` overwrites unless a stream table that refreshes
+    DIFFERENTIAL reads this one (:func:`reads_change_feed`): a reader that runs FULL recomputes
+    from the rows, never from the feed, and the MERGE's join makes each hop of a chain of FULL
+    stream tables cost many times the overwrite (benchmarks/README.md, "FULL refreshes that no
+    DIFFERENTIAL table reads overwrite; one that is read is applied as its difference").
     """
     how = st.options.full_write(env.config)
     if how != FullRefreshWrite.AUTO:

@@ -85,9 +85,8 @@ def _outside_the_plan(spark, rows: int):
 
     Why: a ``LocalRelation`` carries its rows in the plan, and Spark's optimizer walks every
     element of a plan node's arguments in each rule that rewrites expressions -- a few hundred
-    walks per query.  TPC-H q9's delta at SF 3 joins 14 relations of ~140k rows: its
-    optimization took 0.4-0.5 s of which a Delta rule finding nothing to do took 0.16 s.  A
-    small relation stays in the plan, where Spark folds projections over it at once.  Spark
+    walks per query, over every row of a large relation (benchmarks/README.md, "TPC-H at SF 3,
+    all 22: large local relations kept out of Spark's plans").  A small relation stays in the plan, where Spark folds projections over it at once.  Spark
     Connect sends local relations its own way (this setting is the server's).
     """
     if rows <= PLAN_HELD_MAX_ROWS or is_connect(spark):

@@ -53,8 +53,8 @@ def session_conf(config: TrickleConfig, warehouse: str, *, secrets: bool = True,
         # small reads on one machine.
         "spark.databricks.delta.snapshotPartitions": str(max(1, config.shuffle_partitions)),
         # a Delta optimizer rule that folds the metrics of Delta's own commands walks every
-        # expression of every query, twice or more: 0.16 s of the 0.5 s Spark took to optimize
-        # TPC-H q9's delta at SF 3 (a delta's outputs are long CASE expressions), finding nothing
+        # expression of every query, twice or more -- a third of the time Spark takes to optimize
+        # a large join's delta (its outputs are long CASE expressions) -- finding nothing
         "spark.databricks.delta.optimize.conditionalIncrementMetric.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",

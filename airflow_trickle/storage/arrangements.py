@@ -8,9 +8,9 @@ this module decides where it lives, when it is rebuilt, and what is evicted:
   page cache keeps a mapped file warm from one task process to the next;
 * **shared**: the stream tables that probe one table by one key share one arrangement, holding
   the union of the columns they read.  One per column set would keep the same key and rows
-  several times over: TPC-H's 22 queries at SF 3 arranged ``lineitem`` by ``l_orderkey`` with
-  five column sets, and the copies overflowed the cache, each query's refresh rebuilding what
-  the query before had evicted (``benchmarks/README.md``);
+  several times over, and the copies of one large table overflow the cache, each refresh
+  rebuilding what the one before had evicted (benchmarks/README.md, "TPC-H at SF 3, all 22
+  queries, with one arrangement per table and key");
 * **rebuilt** when the table behind the URI is another one (its Delta id differs), when the
   version asked for is older than the base (vacuumed history makes that fail, and the caller
   scans), when a reader asks for a column it does not hold (widened to hold both readers'), or

@@ -21,8 +21,9 @@ def reused_handles():
     handle up to the newest version on later calls, instead of opening it again.
 
     Why: a refresh reads the same logs a dozen times (versions, row counts, refresh records,
-    before and after its commit); each open replays the log, ~8 ms (0.12 s of a refresh's 0.3 s
-    outside Spark, TPC-H at SF 3).  Only for one refresh: a table dropped and created again at the
+    before and after its commit); each open replays the log, a large share of a refresh's time
+    outside Spark (benchmarks/README.md, "TPC-H at SF 3, all 22: a refresh's bookkeeping
+    halved, and a fairer turn order").  Only for one refresh: a table dropped and created again at the
     same place restarts its log, which a kept handle would not notice."""
     outer = getattr(_scope, "handles", None)
     if outer is None:

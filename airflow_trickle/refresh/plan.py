@@ -7,7 +7,7 @@ the action runs, once, from what the Delta logs say before anything is read:
   the refreshing process, with the rows the change is expected to touch and the bytes of the
   files a delta-rs commit would rewrite (files touched times their size);
 * for each part of a DIFFERENTIAL's delta that could read its inputs through arrangements
-  (``refresh/arranged.py``), its **read path** (:func:`plan_parts`): a lookup, or Spark's scans,
+  (``refresh/arranged.plan_lookups``), its **read path**: a lookup, or Spark's scans,
   with the change rows it reads into the process and the bytes of the arrangements it builds.
 
 Every path that moves rows or bytes through the refreshing process has a bound checked here,
@@ -48,6 +48,8 @@ MAX_CHANGE_VIEW_ROWS = 200_000
 
 
 class Committer(StrEnum):
+    """Who commits a refresh's rows (``refresh/committer.py``)."""
+
     SPARK = "spark"
     DELTA_RS = "delta-rs"
 

@@ -108,7 +108,8 @@ def _apply(env, st: StreamTable, decision: Decision, *, refresh_id: str, data_ti
         observed = (recent_times(env, st) if decision.action == Action.DIFFERENTIAL and estimate is not None
                     and not st.options.is_strict else None)
     decision = by_cost_model(decision, st, estimate, observed, env.config)
-    execution = plan_execution(env, st, decision.action, estimate)
+    with clock.phase("versions"):  # from the Delta logs, like the estimate
+        execution = plan_execution(env, st, decision.action, estimate)
     delta_sql, appending, resolved_here, beyond_boundary = None, False, None, False
     paths: list[PartPath] = []  # how each part of the delta was read
     parts: list[PlannedPart] = []  # ... as planned

@@ -92,12 +92,20 @@ def arrangements_of(config) -> Arrangements | None:
 
 
 class SourceTables:
-    """The sources of one stream table as delta-rs sees them (opened once per refresh)."""
+    """The sources of one stream table as delta-rs sees them: each opened, and each fact the
+    plan reads of its log (rows, file bytes, a window's changed rows), read once per refresh --
+    a delta's parts ask for the same ones many times."""
 
     def __init__(self, env, name: str):
         self.locations = {d.source_name: env.catalog.at(d.source_location)
                           for d in env.catalog.dependencies(name) if d.source_location}
         self._opened: dict[str, object] = {}
+        self._read: dict[tuple, object] = {}
+
+    def _once(self, key: tuple, read):
+        if key not in self._read:
+            self._read[key] = read()
+        return self._read[key]
 
     def table(self, source: str):
         if source not in self._opened:
@@ -105,8 +113,10 @@ class SourceTables:
         return self._opened[source]
 
     def rows(self, source: str) -> int:
-        actions = self.table(source).get_add_actions(flatten=True)
-        return sum(n for n in actions.column("num_records").to_pylist() if n)
+        def read() -> int:
+            actions = self.table(source).get_add_actions(flatten=True)
+            return sum(n for n in actions.column("num_records").to_pylist() if n)
+        return self._once(("rows", source), read)
 
     def uri(self, source: str) -> str:
         return self.locations[source].uri
@@ -117,14 +127,14 @@ class SourceTables:
     def change_rows(self, source: str, old: int, new: int) -> tuple[int, str | None]:
         """The rows of ``source``'s change (its commits' metrics), and why it is too large to
         read here, or None (``refresh/plan.change_rows_bound``)."""
-        return change_rows_bound(self.locations[source], old, new)
+        return self._once(("changed", source, old, new), lambda: change_rows_bound(self.locations[source], old, new))
 
     def build_bytes(self, source: str, key: str, arrangements: Arrangements) -> int:
         """The bytes of ``source``'s files a build of its arrangement by ``key`` reads: none
         when one is kept already (it is caught up from the change feed)."""
         if arrangements.folder(self.uri(source), key).exists():
             return 0
-        return sum(data_files(self.locations[source]))
+        return self._once(("bytes", source), lambda: sum(data_files(self.locations[source])))
 
     def large_inputs(self, probes, min_rows: int) -> bool:
         """Whether delta-rs reads every input ``probes`` look up and one holds ``min_rows`` rows

@@ -12,7 +12,8 @@ rows at every size: a third updated, a third inserted, a third deleted), then ti
 The DIFFERENTIAL refresh's phases (``refresh/phases.py``) are printed as medians.
 
 ``--bag-rows`` adds the bag scenario: a filter over a fact table of that many rows, refreshed
-after a one-row insert (an append: no MERGE) and after a one-row update (a MERGE).
+after a one-row insert (an append: no MERGE; appended by delta-rs, and by Spark's INSERT in a
+``placement: spark`` twin) and after a one-row update (a MERGE).
 """
 from __future__ import annotations
 
@@ -78,27 +79,37 @@ def median_phases(results) -> dict[str, float]:
 
 
 def bag_scenario(tr: Trickle, rows: int, repeat: int) -> dict[str, float]:
-    """One-row insert (append path) and one-row update (MERGE path) into a bag stream table."""
+    """One-row insert (append path) and one-row update (MERGE path) into a bag stream table, and
+    the same insert into its twin kept with ``placement: spark`` (Spark's INSERT, not delta-rs's
+    append)."""
     db = f"bag_{rows}"
     tr.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
     tr.sql(f"CREATE TABLE {db}.facts (id BIGINT, customer_id BIGINT, amount DECIMAL(12,2)) USING delta "
            f"TBLPROPERTIES (delta.enableChangeDataFeed = true)")
     tr.sql(f"INSERT INTO {db}.facts SELECT id, id % 1000, CAST(id % 1000 AS DECIMAL(12,2)) / 10 FROM range({rows})")
     tr.create_stream_table(f"{db}.big", BAG_QUERY.format(db=db), schedule=None)
+    tr.create_stream_table(f"{db}.big_spark", BAG_QUERY.format(db=db), schedule=None,
+                           options={"placement": "spark"})
     tr.sql(f"CREATE TABLE {db}.plain USING delta AS {BAG_QUERY.format(db=db)}")
-    times: dict[str, list[float]] = {"insert 1 row": [], "update 1 row": [], "plain recompute": []}
+    times: dict[str, list[float]] = {"insert 1 row (delta-rs append)": [], "insert 1 row (Spark INSERT)": [],
+                                     "update 1 row": [], "plain recompute": []}
     for round_no in range(repeat + 1):  # the first round warms the code paths up
         tr.sql(f"INSERT INTO {db}.facts VALUES ({rows * 2 + round_no}, 1, 99.00)")
         insert_s, _ = timed_refresh(tr, f"{db}.big", "DIFFERENTIAL")
+        spark_insert_s, _ = timed_refresh(tr, f"{db}.big_spark", "DIFFERENTIAL")
         tr.sql(f"UPDATE {db}.facts SET amount = amount + 1 WHERE id = {round_no * 1000 + 600}")
         update_s, _ = timed_refresh(tr, f"{db}.big", "DIFFERENTIAL")
         started = time.perf_counter()
         tr.sql(f"INSERT OVERWRITE {db}.plain {BAG_QUERY.format(db=db)}")
         plain_s = time.perf_counter() - started
+        timed_refresh(tr, f"{db}.big_spark", "DIFFERENTIAL")  # the update, untimed: the twins stay alike
         if round_no:
-            times["insert 1 row"].append(insert_s)
-            times["update 1 row"].append(update_s)
-            times["plain recompute"].append(plain_s)
+            for label, elapsed in zip(times, (insert_s, spark_insert_s, update_s, plain_s)):
+                times[label].append(elapsed)
+    expected = tr.sql(BAG_QUERY.format(db=db))
+    for name in ("big", "big_spark"):
+        stored = tr.read(f"{db}.{name}")
+        assert stored.exceptAll(expected).count() == 0 and expected.exceptAll(stored).count() == 0, name
     return {k: statistics.median(v) for k, v in times.items()}
 
 

@@ -26,13 +26,13 @@ import tempfile
 import time
 
 from airflow_trickle import Trickle
-from airflow_trickle.refresh import stored_reads
+from airflow_trickle.refresh import plan
 
 QUERY = "SELECT k, SUM(v) AS total, COUNT(*) AS n FROM {db}.events GROUP BY k"
 WAYS = {"whole": {"STORED_SHIPPED_WHOLE_ROWS": 10**9}, "by keys": {"STORED_SHIPPED_WHOLE_ROWS": 0},
         "spark": {"STORED_SHIPPED_WHOLE_ROWS": 0, "STORED_READ_MAX_ROWS": 0}}
-DEFAULTS = {"STORED_SHIPPED_WHOLE_ROWS": stored_reads.STORED_SHIPPED_WHOLE_ROWS,
-            "STORED_READ_MAX_ROWS": stored_reads.STORED_READ_MAX_ROWS}
+DEFAULTS = {"STORED_SHIPPED_WHOLE_ROWS": plan.STORED_SHIPPED_WHOLE_ROWS,
+            "STORED_READ_MAX_ROWS": plan.STORED_READ_MAX_ROWS}
 
 
 def run(tr: Trickle, groups: int, repeat: int) -> dict[str, dict[str, list[float]]]:
@@ -51,7 +51,7 @@ def run(tr: Trickle, groups: int, repeat: int) -> dict[str, dict[str, list[float
         tr.sql(f"INSERT INTO {db}.events VALUES ({round_no % groups}, {round_no})")
         for way, limits in WAYS.items():
             for key, value in {**DEFAULTS, **limits}.items():
-                setattr(stored_reads, key, value)
+                setattr(plan, key, value)
             started = time.monotonic()
             result = tr.refresh_stream_table(names[way])
             seconds = time.monotonic() - started
@@ -66,7 +66,7 @@ def run(tr: Trickle, groups: int, repeat: int) -> dict[str, dict[str, list[float
         if round_no:
             times["plain"]["refresh"].append(time.monotonic() - started)
     for key, value in DEFAULTS.items():
-        setattr(stored_reads, key, value)
+        setattr(plan, key, value)
     expected = sorted(tr.sql(query).collect())
     for name in names.values():
         assert sorted(tr.read(name).collect()) == expected, name

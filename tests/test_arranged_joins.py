@@ -160,7 +160,7 @@ def test_a_change_reaches_its_groups_through_the_input_between(tr, db, tmp_path,
 
 
 @pytest.mark.both_spark_modes
-def test_arrangements_off_and_unprobeable_terms_keep_the_scans(tr, db, tmp_path, monkeypatch, caplog):
+def test_arrangements_off_and_unprobeable_terms_keep_the_scans(tr, db, tmp_path, monkeypatch):
     """With ``arrangement_max_bytes`` 0 nothing is probed; a key that is a string is not
     arranged, and the term keeps its scans; both stay exact."""
     folder = tmp_path / "arrangements"
@@ -172,9 +172,13 @@ def test_arrangements_off_and_unprobeable_terms_keep_the_scans(tr, db, tmp_path,
     })
     load.insert("c", [(7, "n"), (8, None)])
     load.insert("o", [(9, 3, 1, None), (10, None, 2, None)])
-    with caplog.at_level(logging.INFO, logger="airflow_trickle"):
-        load.refresh_all()
-    assert "scanned (Unarrangeable" in caplog.text  # the string key refused at build
+    by_string = tr.refresh_stream_table(f"{db}.by_string")
+    assert by_string.action == "DIFFERENTIAL", by_string
+    # the string key is read from the log and planned scanned: no build tried, no fallback
+    assert any(p.path is ReadPath.SCANNED and "cannot arrange by region of type string" in p.reason
+               for p in by_string.plan.parts), by_string.plan.parts
+    assert not by_string.plan.fallbacks, by_string.plan.fallbacks
+    load.refresh_all()
     assert any(folder.iterdir())
     monkeypatch.setattr(tr.config, "arrangement_max_bytes", 0)
     shutil.rmtree(folder)

@@ -7,7 +7,7 @@ import pytest
 
 from airflow_trickle.catalog import CatalogStore
 from airflow_trickle.errors import RefreshError, UnsupportedConstructError
-from airflow_trickle.refresh import apply, committer, decide
+from airflow_trickle.refresh import apply, committer, decide, plan
 from airflow_trickle.refresh.time_rule import delta_planner
 from tests.oracle import multiset
 
@@ -339,7 +339,7 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
     reads the aggregate's stored rows two ways: the whole (small) table, or only the rows the
     change's keys name; the bag table's delta is resolved in this process against the stored
     copies it names (``refresh/local_bag.py``) either way."""
-    from airflow_trickle.refresh import local_bag, stored_reads
+    from airflow_trickle.refresh import local_bag
 
     resolved_here = set()  # storage folders of the bag deltas resolved in this process
     real_resolved = local_bag.LocalBag.resolved
@@ -368,8 +368,10 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
          f"UPDATE {db}.o SET amount = amount + 100 WHERE cid = 1", f"DELETE FROM {db}.o WHERE cid = 3",
          f"UPDATE {db}.c SET region = 'w' WHERE id = 1"],
         [f"INSERT INTO {db}.o VALUES (8, 3, 4), (9, 3, 4)", f"DELETE FROM {db}.o WHERE cid IS NULL"],
+        # only inserts: the bag table's delta only adds rows, an append (duplicates, a NULL key)
+        [f"INSERT INTO {db}.o VALUES (10, 1, 3), (10, 1, 3), (11, NULL, 2), (12, 2, 8)"],
     ]
-    for batch in batches:
+    for appends, batch in zip((False, False, True), batches):
         for statement in batch:
             tr.sql(statement)
         for kind, query in queries.items():
@@ -377,12 +379,14 @@ def test_delta_rs_and_spark_commit_the_same_rows_and_the_same_change_feed(tr, db
             for how in ("local", "keys", "spark"):
                 name = f"{db}.{kind}_{how}"
                 monkeypatch.setattr(tr.config, "local_commit_max_rows", 0 if how == "spark" else 100_000)
-                monkeypatch.setattr(stored_reads, "STORED_SHIPPED_WHOLE_ROWS", 0 if how == "keys" else 20_000)
+                monkeypatch.setattr(plan, "STORED_SHIPPED_WHOLE_ROWS", 0 if how == "keys" else 20_000)
                 result = tr.refresh_stream_table(name)
                 assert result.action == "DIFFERENTIAL", (name, result.reason)
                 assert_matches(tr, name, query)
                 newest, feeds[how] = newest_commit_and_feed(tr, name)
                 assert newest.engineInfo.startswith("delta-rs") == (how != "spark"), (name, newest.engineInfo)
+                if kind == "bag":  # an append is a WRITE (by delta-rs too), not a MERGE
+                    assert (newest.operation == "WRITE") == appends, (name, newest.operation)
             assert feeds["local"] == feeds["keys"] == feeds["spark"], kind
     assert resolved_here == {"bag_local", "bag_keys"}, resolved_here
 
@@ -556,7 +560,6 @@ def test_the_stored_rows_a_small_change_matches_keep_every_type_however_they_are
     too large to read here).  Group keys of every primitive type pass through the matched rows
     unchanged (a timestamp shifted by a time zone, a decimal's scale, a float's precision would
     break the equality), with NULLs and a group that vanishes and comes back."""
-    from airflow_trickle.refresh import stored_reads
 
     row, nulls = typed_source(tr, db)
     tr.sql(f"INSERT INTO {db}.typed VALUES {', '.join(row(n, n) for n in range(6))}, {nulls}")
@@ -572,9 +575,9 @@ def test_the_stored_rows_a_small_change_matches_keep_every_type_however_they_are
         for statement in batch:
             tr.sql(statement)
         for way, limits in ways.items():
-            for limit, value in {"STORED_SHIPPED_WHOLE_ROWS": stored_reads.STORED_SHIPPED_WHOLE_ROWS,
-                                 "STORED_READ_MAX_ROWS": stored_reads.STORED_READ_MAX_ROWS, **limits}.items():
-                monkeypatch.setattr(stored_reads, limit, value)
+            for limit, value in {"STORED_SHIPPED_WHOLE_ROWS": plan.STORED_SHIPPED_WHOLE_ROWS,
+                                 "STORED_READ_MAX_ROWS": plan.STORED_READ_MAX_ROWS, **limits}.items():
+                monkeypatch.setattr(plan, limit, value)
             name = f"{db}.typed_{way}"
             assert tr.refresh_stream_table(name).action == "DIFFERENTIAL"
             assert tr.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first().engineInfo.startswith("delta-rs"), way
@@ -641,7 +644,7 @@ def test_a_top_k_decided_in_this_process_equals_the_one_spark_decides(tr, db, mo
     for batch in batches:
         tr.sql(batch)
         for way in ("here", "spark"):
-            monkeypatch.setattr(local_topk, "MAX_CANDIDATES", 100_000 if way == "here" else 0)
+            monkeypatch.setattr(plan, "MAX_CANDIDATES", 100_000 if way == "here" else 0)
             for kind, query in queries.items():
                 name = f"{db}.{kind}_{way}"
                 assert tr.refresh_stream_table(name).action == "DIFFERENTIAL", name
@@ -654,10 +657,9 @@ def test_changes_to_stored_rows_spread_over_many_files_are_all_applied(tr, db, m
     ship whole), one record batch per data file, most of them empty; handed to Spark, every
     row must arrive (PySpark 4.2 dropped them all behind two empty batches: deletes were lost
     once a bag table held a few files, ``spark/engine.frame_of``)."""
-    from airflow_trickle.refresh import stored_reads
     from airflow_trickle.storage.deltalog import open_table
 
-    monkeypatch.setattr(stored_reads, "STORED_SHIPPED_WHOLE_ROWS", 0)
+    monkeypatch.setattr(plan, "STORED_SHIPPED_WHOLE_ROWS", 0)
     tr.sql(f"CREATE TABLE {db}.o (id INT, cid INT, amount INT) USING delta")
     tr.sql(f"INSERT INTO {db}.o VALUES (0, 0, 0), (0, 0, 0)")
     name, query = f"{db}.bag", f"SELECT id, cid, amount FROM {db}.o"

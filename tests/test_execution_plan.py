@@ -48,6 +48,7 @@ def test_each_bound_forced_to_zero_runs_the_distributed_path_and_a_decline_is_a_
                                                                                          monkeypatch):
     result, recorded = refreshed(tr, joined, 1)
     assert part(recorded, "o change")["path"] == "probed" and recorded["commit"]["committer"] == "delta-rs"
+    assert recorded["commit"]["stored_read"] == "stored rows shipped whole"  # a small stored table
     assert part(recorded, "o change")["bytes"] > 0  # a cold host: c's arrangement is built first
     assert part(recorded, "o change read once")["path"] == "read once"
     assert not recorded["fallbacks"]
@@ -77,7 +78,7 @@ def test_each_bound_forced_to_zero_runs_the_distributed_path_and_a_decline_is_a_
         patch.setattr(tr.config, "local_commit_max_rows", 0)
         _, recorded = refreshed(tr, joined, 11)
     assert recorded["commit"] == {"committer": "spark", "reason": "local_commit_max_rows is 0",
-                                  "rows": None, "bytes": None}
+                                  "rows": None, "bytes": None, "stored_read": None}
 
     # a lookup planned but declined on the way is a fallback, in the history and in explain
     with monkeypatch.context() as patch:

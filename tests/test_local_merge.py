@@ -9,7 +9,7 @@ import pytest
 from deltalake import write_deltalake
 
 from airflow_trickle.model import WEIGHT
-from airflow_trickle.refresh.local_merge import why_not_writable, writable_columns
+from airflow_trickle.refresh.writable import why_not_writable, writable_columns
 from airflow_trickle.refresh.resolution import resolution, resolved_changes_sql
 
 MERGE = ("MERGE INTO `s`.`st` AS t USING (SELECT id, dn, `__trickle_row_id` FROM d) AS s "

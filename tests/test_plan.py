@@ -2,6 +2,7 @@
 a departure recorded as a fallback, the plan as the history keeps it."""
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 from airflow_trickle.config import TrickleConfig
@@ -10,7 +11,7 @@ from airflow_trickle.options import Placement, TableOptions
 from airflow_trickle.refresh.cost import ChangeEstimate
 from airflow_trickle.refresh.lookup import PartPath
 from airflow_trickle.refresh.plan import (Committer, ExecutionPlan, PlannedCommit, PlannedPart, ReadPath,
-                                          plan_commit)
+                                          StoredRead, plan_commit)
 from airflow_trickle.refresh.writers import Append, LocalMerge
 
 
@@ -39,7 +40,8 @@ def test_the_committer_is_delta_rs_for_a_small_change_and_spark_with_the_reason_
 
 
 def test_a_departure_from_the_plan_is_a_fallback_and_the_plan_is_kept_as_json():
-    planned = ExecutionPlan(Action.DIFFERENTIAL, Placement.AUTO, committed(),
+    commit = replace(committed(), stored_read=StoredRead.BY_KEYS)
+    planned = ExecutionPlan(Action.DIFFERENTIAL, Placement.AUTO, commit,
                             parts=(PlannedPart("s.o change", ReadPath.PROBED, "a large input", rows=5, bytes=900),))
     taken = PartPath("s.o change", ReadPath.SCANNED, detail="Stale: a scan is cheaper", planned=ReadPath.PROBED)
     kept = PartPath("s.c change", ReadPath.PROBED, rows=3, detail=": probed o 2", planned=ReadPath.PROBED)
@@ -47,11 +49,12 @@ def test_a_departure_from_the_plan_is_a_fallback_and_the_plan_is_kept_as_json():
     done = planned.with_fallbacks([taken.fallback()])
     assert done.to_dict() == {
         "action": "DIFFERENTIAL", "placement": "auto",
-        "commit": {"committer": "delta-rs", "reason": "~50 stored rows touched", "rows": 50, "bytes": None},
+        "commit": {"committer": "delta-rs", "reason": "~50 stored rows touched", "rows": 50, "bytes": None,
+                   "stored_read": "stored rows read by key"},
         "parts": [{"part": "s.o change", "path": "probed", "reason": "a large input", "rows": 5, "bytes": 900}],
         "fallbacks": [{"part": "s.o change", "planned": "probed", "taken": "scanned",
                        "cause": "Stale: a scan is cheaper"}]}
-    assert done.lines()[1:] == ["commit: delta-rs (~50 stored rows touched)",
+    assert done.lines()[1:] == ["commit: delta-rs (~50 stored rows touched; stored rows read by key)",
                                 "s.o change: probed (a large input; ~5 rows, ~900 bytes to arrange)",
                                 "fallback: s.o change planned probed, ran scanned: Stale: a scan is cheaper"]
     # the writer chosen once the delta is known: an append commits by Spark, whatever was planned

@@ -35,12 +35,6 @@ from airflow_trickle.dvm.topk import TopK
 from airflow_trickle.model import Strategy
 from airflow_trickle.sql.parse import non_monotone_constructs, parse_query
 
-#: Up to this many groups touched by an aggregate's input delta are written into the SQL as
-#: literals (a refresh counts them first: ``refresh/differential.py``); more are left to a
-#: subquery.
-KNOWN_GROUPS_LIMIT = 10_000
-
-
 class PlanKind(StrEnum):
     """How the delta reaches storage."""
 
@@ -87,12 +81,12 @@ class DeltaPlan:
         """The rows of one part of a recursive CTE's delta."""
         return node.part_sql(v, part)
 
-    def groups_sql(self, v: Versions, block: Node) -> str:
-        """The groups ``block``'s input delta touches, at most one more than
-        :data:`KNOWN_GROUPS_LIMIT` of them (so a count above the limit shows)."""
+    def groups_sql(self, v: Versions, block: Node, limit: int) -> str:
+        """The groups ``block``'s input delta touches, at most one more than ``limit`` of them
+        (so a count above the limit shows)."""
         from airflow_trickle.sql.parse import DIALECT
 
-        return block.affected_groups_with_values(v, values=True).limit(KNOWN_GROUPS_LIMIT + 1).sql(DIALECT)
+        return block.affected_groups_with_values(v, values=True).limit(limit + 1).sql(DIALECT)
 
     def candidates_sql(self, v: Versions, stored_rows: str | None = None) -> str:
         """The top-K's candidates: the stored rows (read from the relation ``stored_rows`` when

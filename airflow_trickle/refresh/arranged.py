@@ -93,6 +93,8 @@ class _Planner:
             if not tables.large_inputs(probes, self.config.arrangement_min_rows):
                 return PlannedPart(part, ReadPath.SCANNED,
                                    f"no input it looks up holds arrangement_min_rows {self.config.arrangement_min_rows:,}")
+            if unarrangeable := tables.unarrangeable(probes):
+                return PlannedPart(part, ReadPath.SCANNED, unarrangeable)
             rows = 0
             for each in dict.fromkeys(changed or [source]):
                 found, too_many = tables.change_rows(each, v.old[each], v.new[each])

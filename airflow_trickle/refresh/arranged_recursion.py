@@ -36,7 +36,7 @@ from airflow_trickle.dvm.reach import ReachKey
 from airflow_trickle.dvm.bindings import Reach
 from airflow_trickle.dvm.recursive import MAX_UNROLLED_LEVELS
 from airflow_trickle.options import Placement
-from airflow_trickle.refresh.local_merge import why_not_writable
+from airflow_trickle.refresh.writable import why_not_writable
 from airflow_trickle.refresh.lookup import DECLINED, SourceTables, arrangements_of, check_share, comparable, handed_to_spark
 from airflow_trickle.refresh.plan import MAX_SEED_KEYS, placement_of
 from airflow_trickle.storage.arrangement import Stale, Unarrangeable

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from airflow_trickle.refresh.commit_tag import CommitTag, NotApplicable
 from airflow_trickle.refresh.local_difference import apply_difference
 from airflow_trickle.refresh.local_merge import merge_locally
-from airflow_trickle.refresh.local_overwrite import overwrite_locally
+from airflow_trickle.refresh.local_overwrite import append_locally, overwrite_locally
 from airflow_trickle.spark.delta import refresh_commit
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
 
@@ -57,6 +57,11 @@ class DeltaRsCommitter:
         """The stored rows replaced by ``rows_sql``'s (``refresh/local_overwrite.py``)."""
         return overwrite_locally(self.env.spark, self.env.catalog.at(self.st.location), rows_sql, tag=self.tag,
                                  max_rows=self.max_rows)
+
+    def append(self, rows_sql: str):
+        """``rows_sql``'s rows appended (``refresh/local_overwrite.append_locally``)."""
+        return append_locally(self.env.spark, self.env.catalog.at(self.st.location), rows_sql, tag=self.tag,
+                              max_rows=self.max_rows)
 
     def difference(self, result_sql: str, spark: SparkCommitter):
         """A bag table's difference with ``result_sql``'s rows, computed once and committed as a

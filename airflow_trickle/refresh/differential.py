@@ -27,12 +27,13 @@ from dataclasses import dataclass
 
 from airflow_trickle.storage.deltalog import insert_only_commits
 from airflow_trickle.dvm.base import Unsupported, Versions
-from airflow_trickle.dvm.delta_plan import KNOWN_GROUPS_LIMIT, DeltaPlan, PlanKind, plan_refresh
+from airflow_trickle.dvm.delta_plan import DeltaPlan, PlanKind, plan_refresh
 from airflow_trickle.model import CdcMode, SourceType, Strategy
 from airflow_trickle.names import HIDDEN_PREFIX
 from airflow_trickle.options import Placement
 from airflow_trickle.refresh.local_bag import LocalBag
 from airflow_trickle.refresh.local_topk import LocalTopK
+from airflow_trickle.refresh import plan as bounds
 from airflow_trickle.refresh.plan import placement_of
 from airflow_trickle.refresh.schema import source_visible_columns
 from airflow_trickle.storage.errors import UNREADABLE
@@ -135,8 +136,8 @@ def statement(env, plan: DeltaPlan, scratch: list[str], versions: Versions | Non
     for block in plan.counted_groups:
         if (looked_up := v.bindings.group_rows(block)) is not None and looked_up.whole:  # every row of its touched groups is bound: nothing to count
             continue
-        rows = env.engine.collect(plan.groups_sql(v, block))
-        few = len(rows) <= KNOWN_GROUPS_LIMIT
+        rows = env.engine.collect(plan.groups_sql(v, block, bounds.KNOWN_GROUPS_LIMIT))
+        few = len(rows) <= bounds.KNOWN_GROUPS_LIMIT
         if few:
             v = v.bound(v.bindings.with_touched_groups(block, [tuple(row) for row in rows]))
             if probe_groups is not None:
@@ -160,9 +161,9 @@ def _top_k_here(env, plan: DeltaPlan, v: Versions, scratch: list[str]) -> Prepar
     """The top-K's candidates collected, its boundary probed and its changes resolved in this
     process (``refresh/local_topk.py``), or None where that does not apply: delta-rs does not
     write the stored table, commits by delta-rs are turned off, an ORDER BY column Arrow does not
-    order as Spark does, or more than :data:`~airflow_trickle.refresh.local_topk.MAX_CANDIDATES`."""
+    order as Spark does, or more than :data:`~airflow_trickle.refresh.plan.MAX_CANDIDATES`."""
     from airflow_trickle.refresh import local_topk
-    from airflow_trickle.refresh.local_merge import writable_columns
+    from airflow_trickle.refresh.writable import writable_columns
     from airflow_trickle.refresh.stored_reads import at_most, spark_schema
     from airflow_trickle.sql.rewrite import hoist_nested_ctes
     from airflow_trickle.storage.deltalog import open_table
@@ -187,7 +188,7 @@ def _top_k_here(env, plan: DeltaPlan, v: Versions, scratch: list[str]) -> Prepar
     schema = frame.schema  # analysed, not run: an ORDER BY column of another type keeps Spark's path
     if not local_topk.orderable(schema, top_k.order):
         return None
-    candidates = at_most(frame, local_topk.MAX_CANDIDATES)
+    candidates = at_most(frame, bounds.MAX_CANDIDATES)
     if candidates is None:
         return None  # the checkpoint path computes them again: rare, and exact
     if not local_topk.covers_boundary(candidates, stored, top_k.order, top_k.limit):

@@ -32,11 +32,12 @@ import pyarrow.compute as pc
 from airflow_trickle.dvm.bag import CONTENT_HASH
 from airflow_trickle.dvm.base import W
 from airflow_trickle.model import DUP, ROW_ID
-from airflow_trickle.refresh import stored_reads
-from airflow_trickle.refresh.local_merge import writable_columns
+from airflow_trickle.refresh.plan import StoredRead, stored_read
+from airflow_trickle.refresh.writable import writable_columns
 from airflow_trickle.refresh.resolution import resolved_rows
-from airflow_trickle.refresh.stored_reads import at_most, stored_row_count
+from airflow_trickle.refresh.stored_reads import at_most
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
+from airflow_trickle.storage.deltalog import stored_row_count
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class LocalBag:
         than ``max_rows`` contents (Spark's MERGE applies it); None when the stored copies are
         not read here (the caller resolves with Spark)."""
         columns = writable_columns(table)
-        if columns is None or stored_row_count(table) > stored_reads.STORED_READ_MAX_ROWS:
+        if columns is None or stored_read(stored_row_count(table)) is StoredRead.SPARK:
             return None
         schema = pa.schema([pa.field(f.name, f.type) for f in pa.schema(table.schema().to_arrow())])
         typed = ", ".join(f"CAST(__h.`{name}` AS {kind}) AS `{name}`" for name, kind in columns

@@ -28,51 +28,15 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from airflow_trickle.model import DUP, ROW_ID
 from airflow_trickle.refresh.commit_tag import CommitTag, NotApplicable
-from airflow_trickle.refresh.resolution import ACTION, MATCHED_DUP, MATCHED_ID, spark_type
+from airflow_trickle.refresh.resolution import ACTION, MATCHED_DUP, MATCHED_ID
 from airflow_trickle.refresh.stored_reads import resolve_changes
-from airflow_trickle.storage.deltalog import open_table, why_rows_unreadable
+from airflow_trickle.refresh.writable import spark_columns, why_not_writable
+from airflow_trickle.storage.deltalog import open_table
 
 if TYPE_CHECKING:
     from airflow_trickle.location import Location
 
 log = logging.getLogger(__name__)
-
-#: Writer features delta-rs writes as Spark does (``changeDataFeed`` included: it writes the
-#: ``_change_data`` files a downstream stream table reads).
-WRITABLE_FEATURES = {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "timestampNtz",
-                     "generatedColumns"}
-
-
-def writable_columns(table) -> list[tuple[str, str]] | None:
-    """The columns and Spark types of the delta-rs ``table``, or None when delta-rs should not
-    write it (:func:`why_not_writable`)."""
-    return None if why_not_writable(table) else _spark_columns(table)
-
-
-def _spark_columns(table) -> list[tuple[str, str]]:
-    return [(field.name, spark_type(field.type.type)) for field in table.schema().fields]
-
-
-def why_not_writable(table) -> str | None:
-    """Why delta-rs should not write the delta-rs ``table`` (None: it may): a writer feature it
-    does not write as Spark does, column mapping, a column type other than a primitive one, no
-    row identity."""
-    protocol = table.protocol()
-    features = set(protocol.writer_features or []) - WRITABLE_FEATURES
-    if protocol.min_writer_version > 7 or features:
-        return f"table features {', '.join(sorted(features)) or f'of writer version {protocol.min_writer_version}'}"
-    if protocol.min_writer_version > 4 and protocol.writer_features is None:
-        return "column mapping"  # writer versions 5 and 6 imply it
-    unreadable = why_rows_unreadable(table)
-    if unreadable:
-        return unreadable
-    for field in table.schema().fields:
-        if spark_type(getattr(field.type, "type", "")) is None:
-            return f"column {field.name} is not of a primitive type"
-    if not {ROW_ID, DUP} <= {field.name for field in table.schema().fields}:
-        return "no row identity columns"
-    return None
-
 
 def describe(location: "Location", max_rows: int) -> str:
     """How a DIFFERENTIAL refresh of the storage table at ``location`` commits (for explain)."""
@@ -105,7 +69,7 @@ def merge_locally(spark, location: "Location", merge_sql: str, *, tag: CommitTag
     why_not = why_not_writable(table)
     if why_not:
         return NotApplicable(f"delta-rs does not write this table: {why_not}")
-    columns = _spark_columns(table)
+    columns = spark_columns(table)
     if tag.landed_in(table):
         return None
     changes = resolved(table) if resolved is not None else None

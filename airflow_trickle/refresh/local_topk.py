@@ -35,8 +35,6 @@ from airflow_trickle.sql.rewrite import row_hash_sql
 
 log = logging.getLogger(__name__)
 
-#: Candidates collected into this process at most; more keep Spark's checkpoint and probe.
-MAX_CANDIDATES = 100_000
 #: The candidates' copy count (``dvm/topk.py``) and the order of the boundary among ties.
 COUNT, _MARK = "__n", "__trickle_mark"
 

@@ -26,7 +26,7 @@ from airflow_trickle.refresh.narrowing import narrowed
 from airflow_trickle.refresh import plan as bounds
 from airflow_trickle.refresh.plan import Fallback, ReadPath, change_rows_bound
 from airflow_trickle.spark.jars import cache_root
-from airflow_trickle.storage.arrangement import WEIGHT, Stale, Unarrangeable, change_rows
+from airflow_trickle.storage.arrangement import WEIGHT, Stale, Unarrangeable, change_rows, why_key_unarrangeable
 from airflow_trickle.storage.arrangements import Arrangements
 from airflow_trickle.storage.deltalog import data_files, open_table
 
@@ -135,6 +135,16 @@ class SourceTables:
         if arrangements.folder(self.uri(source), key).exists():
             return 0
         return self._once(("bytes", source), lambda: sum(data_files(self.locations[source])))
+
+    def unarrangeable(self, probes) -> str | None:
+        """Why an input ``probes`` look up cannot be arranged by its key (its type, from the
+        log), or None."""
+        for probe in probes:
+            why_not = self._once(("key", probe.source, probe.key),
+                                 lambda: why_key_unarrangeable(self.table(probe.source), probe.key))
+            if why_not:
+                return f"{probe.source}: {why_not}"
+        return None
 
     def large_inputs(self, probes, min_rows: int) -> bool:
         """Whether delta-rs reads every input ``probes`` look up and one holds ``min_rows`` rows

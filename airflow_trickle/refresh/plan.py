@@ -26,8 +26,8 @@ from enum import StrEnum
 
 from airflow_trickle.model import Action
 from airflow_trickle.options import Placement
-from airflow_trickle.refresh.local_merge import why_not_writable
-from airflow_trickle.storage.deltalog import changed_rows, data_files, open_table
+from airflow_trickle.refresh.writable import why_not_writable
+from airflow_trickle.storage.deltalog import changed_rows, data_files, open_table, stored_row_count
 
 #: A change of more rows than this (by its commits' metrics) is not read into the refreshing
 #: process: Spark joins it.
@@ -45,6 +45,16 @@ MAX_SEED_KEYS = 100_000
 #: once by delta-rs and handed over (``refresh/changes_once.py``): a local relation costs some
 #: microseconds a row.
 MAX_CHANGE_VIEW_ROWS = 200_000
+#: A delta-rs commit reads the stored rows its change matches by delta-rs up to this many stored
+#: rows (beyond, Spark reads them), and up to ``STORED_SHIPPED_WHOLE_ROWS`` all of them, shipped
+#: whole to Spark with the query computing the changes (:func:`stored_read`).
+STORED_READ_MAX_ROWS, STORED_SHIPPED_WHOLE_ROWS = 20_000_000, 20_000
+#: A top-K's candidates collected into the refreshing process at most; more keep Spark's
+#: checkpoint and probe (``refresh/differential.py``).
+MAX_CANDIDATES = 100_000
+#: Up to this many groups touched by an aggregate's input delta are counted into the process and
+#: written into the SQL as literals; more are left to a subquery.
+KNOWN_GROUPS_LIMIT = 10_000
 
 
 class Committer(StrEnum):
@@ -62,6 +72,25 @@ class ReadPath(StrEnum):
     SCANNED = "scanned"  # Spark's scans
 
 
+class StoredRead(StrEnum):
+    """How a delta-rs commit reads the stored rows its change matches (``refresh/stored_reads.py``)."""
+
+    WHOLE = "stored rows shipped whole"  # a small table: all of it, with the change's query
+    BY_KEYS = "stored rows read by key"  # the rows the change names, read by delta-rs
+    SPARK = "stored rows read by Spark"  # a table too large to read here
+
+
+def stored_read(stored_rows: float) -> StoredRead:
+    """The way a delta-rs commit reads a stored table of ``stored_rows`` rows.
+
+    >>> [stored_read(n).name for n in (10, 1_000_000, float("inf"))]
+    ['WHOLE', 'BY_KEYS', 'SPARK']
+    """
+    if stored_rows <= STORED_SHIPPED_WHOLE_ROWS:
+        return StoredRead.WHOLE
+    return StoredRead.BY_KEYS if stored_rows <= STORED_READ_MAX_ROWS else StoredRead.SPARK
+
+
 @dataclass(frozen=True)
 class PlannedCommit:
     """The committer chosen, and what it is expected to move through the refreshing process."""
@@ -70,9 +99,11 @@ class PlannedCommit:
     reason: str
     rows: int | None = None  # stored rows the change is expected to touch
     bytes: int | None = None  # bytes of the files a delta-rs commit would rewrite
+    stored_read: StoredRead | None = None  # a delta-rs commit's: how it reads the stored rows
 
     def line(self) -> str:
-        return f"commit: {self.committer} ({self.reason})"
+        how = f"; {self.stored_read}" if self.stored_read and self.committer is Committer.DELTA_RS else ""
+        return f"commit: {self.committer} ({self.reason}{how})"
 
 
 @dataclass(frozen=True)
@@ -151,8 +182,12 @@ def plan_execution(env, st, action: Action, estimate) -> ExecutionPlan:
     (:func:`plan_commit`); the parts of a DIFFERENTIAL's delta are added once the DVM has
     planned it (``refresh/arranged.plan_lookups``)."""
     placement = placement_of(st)
-    unwritable = why_not_writable(open_table(env.catalog.at(st.location))) if st.location else None
-    return ExecutionPlan(action, placement, plan_commit(env, st, action, estimate, unwritable=unwritable),
+    table = open_table(env.catalog.at(st.location)) if st.location else None
+    unwritable = why_not_writable(table) if table is not None else None
+    commit = plan_commit(env, st, action, estimate, unwritable=unwritable)
+    if commit.committer is Committer.DELTA_RS and table is not None:
+        commit = replace(commit, stored_read=stored_read(stored_row_count(table)))
+    return ExecutionPlan(action, placement, commit,
                          delta_rs_allowed=(placement is not Placement.SPARK and env.config.local_commit_max_rows > 0
                                            and not unwritable))
 

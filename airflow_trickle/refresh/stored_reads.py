@@ -5,7 +5,7 @@ Why: Spark reading the stored table would first rebuild its snapshot, a second o
 every delta-rs commit (which writes no checksum file).  A small table goes to Spark whole, as a
 local relation in the query that computes Δ; a larger one only the rows Δ's keys name.  Spark
 still evaluates every value.  Every read into this process is bounded first: at most
-``max_rows + 1`` change rows or keys, and stored rows only up to :data:`STORED_READ_MAX_ROWS`.
+``max_rows + 1`` change rows or keys, and stored rows only where the planner's rule says so (``refresh/plan.stored_read``).
 """
 from __future__ import annotations
 
@@ -16,17 +16,15 @@ import pyarrow.compute as pc
 from sqlglot import exp, parse_one
 
 from airflow_trickle.model import ROW_ID
+from airflow_trickle.refresh.plan import StoredRead, stored_read
 from airflow_trickle.refresh.resolution import (ACTION, PRESENT, Resolution, keyed_stored_reads, resolution,
                                                 resolved_changes_sql, same_table, stored_columns_used)
 from airflow_trickle.spark.engine import SparkEngine, expression, frame_of
 from airflow_trickle.sql.parse import DIALECT
 from airflow_trickle.sql.rewrite import hoist_nested_ctes
+from airflow_trickle.storage.deltalog import stored_row_count
 
 log = logging.getLogger(__name__)
-
-#: Stored rows up to which the rows a change matches are read by delta-rs (beyond, Spark reads them),
-#: and up to which all of them are, shipped whole to Spark with the query computing the changes.
-STORED_READ_MAX_ROWS, STORED_SHIPPED_WHOLE_ROWS = 20_000_000, 20_000
 
 
 def resolve_changes(spark, table, merge_sql: str, columns: list[tuple[str, str]], max_rows: int):
@@ -36,9 +34,9 @@ def resolve_changes(spark, table, merge_sql: str, columns: list[tuple[str, str]]
     parts = resolution(merge_sql, columns)
     if parts is None:
         return False
-    changes, stored_rows = False, stored_row_count(table)
-    if parts.key is not None and stored_rows <= STORED_READ_MAX_ROWS:
-        whole = stored_rows <= STORED_SHIPPED_WHOLE_ROWS
+    changes, how = False, stored_read(stored_row_count(table))
+    if parts.key is not None and how is not StoredRead.SPARK:
+        whole = how is StoredRead.WHOLE
         changes = (resolve_reading_stored_rows(spark, table, parts, columns, max_rows, whole=whole)
                    if parts.reads_target else resolve_by_stored_rows(spark, table, parts, columns, max_rows,
                                                                      whole=whole))
@@ -149,12 +147,6 @@ def resolve_reading_stored_rows(spark, table, parts: Resolution, columns: list[t
         return _resolved(spark, frame_of(spark, changes, schema=frame.schema), stored_frame, parts, max_rows)
     finally:
         engine.drop_view(view)
-
-
-def stored_row_count(table) -> float:
-    """Rows in ``table`` by its files' statistics (infinite where a file has none)."""
-    counts = table.get_add_actions(flatten=True).column("num_records").to_pylist()
-    return float("inf") if None in counts else sum(counts)
 
 
 def spark_schema(columns: list[tuple[str, str]]):

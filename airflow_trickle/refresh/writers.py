@@ -8,6 +8,8 @@ which statement it runs and how it commits it:
 ``LocalMerge``         the same MERGE resolved by Spark and committed by delta-rs, for small
                        changes (``refresh/local_merge.py``); Spark's MERGE when that cannot apply
 ``Append``             a DIFFERENTIAL delta that only adds rows: an INSERT, no MERGE
+``LocalAppend``        the same rows computed by Spark and appended by delta-rs, for a small change
+                       (``refresh/local_overwrite.append_locally``); Spark's INSERT else
 ``FirstFill``          the first population of empty storage: an INSERT of the recomputed rows
 ``Overwrite``          a FULL refresh nothing reads the change feed of: INSERT OVERWRITE
 ``LocalOverwrite``     the same rows computed by Spark and written by delta-rs, for a small table
@@ -28,10 +30,13 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
+from sqlglot import exp, parse_one
+
 from airflow_trickle.model import Action, RefreshMode, SourceType
 from airflow_trickle.names import quote_name
 from airflow_trickle.options import FullRefreshWrite
 from airflow_trickle.refresh.committer import Commits
+from airflow_trickle.sql.parse import DIALECT
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +82,21 @@ class Append(Writer):
 
     inserting = True
     what: ClassVar[str] = "an append: the change only adds rows"
+
+
+@dataclass(frozen=True)
+class LocalAppend(Append):
+    """The append's rows (``rows_sql``, the INSERT's query) computed by Spark and appended by
+    delta-rs where the plan expects a small change (``refresh/local_overwrite.append_locally``);
+    Spark's INSERT (``sql``) where that does not apply."""
+
+    rows_sql: str = ""
+    committer: ClassVar[str] = "delta-rs"
+    what: ClassVar[str] = "an append: the change only adds rows, computed by Spark and appended by delta-rs"
+
+    def write(self, commits: Commits) -> dict | None:
+        commits.through_delta_rs(commits.delta_rs.append(self.rows_sql), self.sql)
+        return None  # an inserting writer's metrics are read back from its commit
 
 
 class FirstFill(Writer):
@@ -134,6 +154,18 @@ class Replace(Writer):
     what: ClassVar[str] = "the storage table replaced"
 
 
+def inserted_rows_sql(insert_sql: str) -> str:
+    """The query of an ``INSERT INTO t (columns) <query>`` (its columns named as the list names them).
+
+    >>> inserted_rows_sql("INSERT INTO s.t (a, b) SELECT a, b FROM (SELECT 1 AS a, 2 AS b)")
+    'SELECT a, b FROM (SELECT 1 AS a, 2 AS b)'
+    """
+    insert = parse_one(insert_sql, dialect=DIALECT)
+    if not isinstance(insert, exp.Insert):
+        raise ValueError(f"not an INSERT: {insert_sql[:80]}")
+    return insert.expression.sql(DIALECT)
+
+
 def kept_clustering(st) -> list[str]:
     """The clustering columns a replaced storage table keeps: those of ``cluster_by`` its new
     columns still have (an ALTER of the query checked them; a source whose columns changed
@@ -159,7 +191,7 @@ def choose_writer(env, st, action: Action, current: dict[str, int], *, delta_sql
 
     if delta_sql is not None:
         if appending:
-            return Append(delta_sql)
+            return LocalAppend(delta_sql, inserted_rows_sql(delta_sql)) if local else Append(delta_sql)
         return LocalMerge(delta_sql, resolved) if local else DeltaMerge(delta_sql)
     if action == Action.REINITIALIZE and storage_changes(env, st):
         rows = full_rows_sql(env, st, current)

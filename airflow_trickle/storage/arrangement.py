@@ -44,6 +44,16 @@ class Stale(LookupError):
     """The arrangement cannot give the version asked for; rebuild it or scan the table."""
 
 
+def why_key_unarrangeable(table, key: str) -> str | None:
+    """Why the delta-rs ``table`` cannot be arranged by ``key`` (None: it can): only integers and
+    dates are, whose order and equality Arrow and Spark agree on.  Read from the log's schema,
+    so the plan checks it before a build is attempted."""
+    kind = pa.schema(table.schema().to_arrow()).field(key).type
+    if pa.types.is_integer(kind) or pa.types.is_date(kind):
+        return None
+    return f"cannot arrange by {key} of type {kind} (integers and dates only)"
+
+
 class Unarrangeable(LookupError):
     """The table cannot be arranged or its change read here: a key of a type arrangements do
     not hold, or a table delta-rs does not read as Spark does.  The caller has Spark scan it."""
@@ -81,9 +91,9 @@ class Arrangement:
         why_not = why_rows_unreadable(table)
         if why_not:
             raise Unarrangeable(f"{uri}: delta-rs does not read its rows as Spark does ({why_not})")
-        kind = pa.schema(table.schema().to_arrow()).field(key).type  # checked before anything is read
-        if not (pa.types.is_integer(kind) or pa.types.is_date(kind)):
-            raise Unarrangeable(f"{uri}: cannot arrange by {key} of type {kind} (integers and dates only)")
+        why_not = why_key_unarrangeable(table, key)  # checked before anything is read
+        if why_not:
+            raise Unarrangeable(f"{uri}: {why_not}")
         rows = table.to_pyarrow_dataset().to_table(columns=columns)
         rows = rows.filter(pc.is_valid(rows[key]))
         rows = rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending")])).combine_chunks()

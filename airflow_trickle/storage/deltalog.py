@@ -246,6 +246,13 @@ def row_count(location: Location) -> int:
     return sum(n for n in actions.column("num_records").to_pylist() if n)
 
 
+def stored_row_count(table) -> float:
+    """Rows in the delta-rs ``table`` by its files' statistics (infinite where a file has none:
+    no bound can be checked on it)."""
+    counts = table.get_add_actions(flatten=True).column("num_records").to_pylist()
+    return float("inf") if None in counts else sum(counts)
+
+
 def table_configuration(location: Location) -> dict[str, str]:
     """The table properties (``delta.*``, ``trickle.*``, ...) of the Delta table at ``location``."""
     return dict(open_table(location).metadata().configuration or {})

@@ -9,6 +9,9 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     if name == "Trickle":
+        from airflow_trickle.spark import require_engine
+
+        require_engine("the Python API (airflow_trickle.Trickle)")
         from airflow_trickle.api import Trickle
 
         return Trickle

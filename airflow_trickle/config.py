@@ -32,6 +32,14 @@ class TrickleConfig:
     #: spark-submit jobs: stream tables are then registered there by name, for every Spark
     #: application and BI tool on the metastore.  None: Spark's in-memory catalog (the default).
     metastore_uri: str | None = None
+    #: The address the Spark service (``trickle serve``) listens on.  Loopback by default: the
+    #: service runs SQL with the warehouse's credentials for anyone who reaches it.  Any other
+    #: address needs ``service_token``.
+    service_bind_address: str = "127.0.0.1"
+    #: The Spark service's shared secret: the service refuses calls without it, and clients
+    #: (the CLI, refresh tasks) send it as a bearer token.  From ``TRICKLE_SERVICE_TOKEN``, or
+    #: in Airflow the password of the ``spark_connect`` connection; never logged or recorded.
+    service_token: str | None = field(default=None, repr=False)
     #: Seconds a writer's lease on a stream table lasts without renewal (object-store warehouses;
     #: renewed every quarter of it while the writer works).  A killed writer's tables are free
     #: again after this long.  0 turns the lease off -- only to show what it prevents.
@@ -137,7 +145,8 @@ class TrickleConfig:
     def __repr__(self) -> str:
         from airflow_trickle.location import redact
 
-        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "storage_options"}
+        shown = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name not in ("storage_options", "service_token")}
         return f"TrickleConfig({shown}, storage_options={redact(self.storage_options)})"
 
     @classmethod
@@ -153,7 +162,8 @@ class TrickleConfig:
                 continue
             default = getattr(cls(), f.name)
             # the optional fields: the warehouse (a path), the others numbers
-            kind = str if f.name in ("warehouse", "metastore_uri", "arrangement_dir") else float if default is None else type(default)
+            kind = (str if f.name in ("warehouse", "metastore_uri", "arrangement_dir", "service_token")
+                    else float if default is None else type(default))
             values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on") if kind is bool else kind(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -244,10 +244,12 @@ def freshness_deadline(project: Project):
     targets = {n: t for n, t in targets.items() if t is not None}
     if not targets:
         return None
-    from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
+    from airflow.sdk import AsyncCallback, DeadlineReference
+
+    from airflow_trickle.airflow_compat import deadline_alert
 
     tightest = min(targets.values())
-    return DeadlineAlert(
+    return deadline_alert(
         reference=DeadlineReference.DAGRUN_QUEUED_AT,
         interval=tightest,
         callback=AsyncCallback(project.airflow.deadline_callback, kwargs={

@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from airflow_trickle.output import output_to
+
 HERE = Path(__file__).resolve().parent
 DAG_ID = "trickle_shop"
 STARTED = time.monotonic()
@@ -51,6 +53,10 @@ UI_USER, NOTES_USER = ("admin", "admin"), ("trickle_notes", "trickle-notes-passw
 
 def step(text: str) -> None:
     print(f"[{time.monotonic() - STARTED:5.0f} s] {text}", flush=True)
+
+
+def runs_log(home: str) -> str:
+    return str(Path(home) / "runs.log")
 
 
 def start_spark(warehouse: str, how: str, spark_conf: dict[str, str] | None = None):
@@ -193,10 +199,13 @@ def create_sources(tr) -> None:
            "(5, 4, 150.00), (6, 2, 35.50), (6, 2, 35.50)")
 
 
-def run_dag(dag, title: str, conf: dict | None = None) -> dict:
-    """One ``dag.test()`` run; returns its state, every task's state, and its wall time."""
+def run_dag(dag, title: str, conf: dict | None = None, *, quiet: bool = False) -> dict:
+    """One ``dag.test()`` run, Airflow's output into the runs log; prints its summary (one line
+    per task, with the note it left; ``quiet``: none); returns its state, every task's state,
+    and its wall time."""
     started = time.monotonic()
-    run = dag.test(run_conf=conf)
+    with output_to(runs_log(os.environ["AIRFLOW_HOME"])):  # Airflow's task logs, not the terminal
+        run = dag.test(run_conf=conf)
     seconds = round(time.monotonic() - started, 1)
     from airflow.models import DagRun
     from airflow.utils.session import create_session
@@ -208,9 +217,10 @@ def run_dag(dag, title: str, conf: dict | None = None) -> dict:
         notes = {ti.task_id: ti.note for ti in instances if ti.note}
         durations = {ti.task_id: round(ti.duration, 2) for ti in instances if ti.duration is not None}
         state, run_note = str(run.state), run.note
-    print(f"\n== {title}: run {state} in {seconds} s ==" + (f"\n   note: {run_note}" if run_note else ""))
-    for task_id, task_state in sorted(tasks.items()):
-        print(f"  {task_id:<34} {task_state:<10} {notes.get(task_id, '')}")
+    if not quiet:
+        print(f"\n== {title}: run {state} in {seconds} s ==" + (f"\n   note: {run_note}" if run_note else ""))
+        for task_id, task_state in sorted(tasks.items()):
+            print(f"  {task_id:<34} {task_state:<10} {notes.get(task_id, '')}")
     return {"title": title, "state": state, "tasks": tasks, "seconds": seconds, "run_id": run.run_id,
             "task_seconds": durations, "notes": notes, "run_note": run_note}
 
@@ -349,7 +359,9 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
     create_sources(tr)
     step("sources created")
     dags = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-    dagbag = DagBag(dag_folder=str(dags))
+    step(f"Airflow's own logs: {runs_log(os.environ['AIRFLOW_HOME'])}")
+    with output_to(runs_log(os.environ["AIRFLOW_HOME"])):  # Airflow's task logs, not the terminal
+        dagbag = DagBag(dag_folder=str(dags))
     if dagbag.import_errors:
         print(dagbag.import_errors, file=sys.stderr)
         return 1
@@ -373,7 +385,7 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
     runs.append(run_dag(dag, "manual run: tables = [shop.order_lines, shop.top_customers], mode = FULL",
                         {"tables": ["shop.order_lines", "shop.top_customers"], "mode": "FULL"}))
 
-    bad = run_dag(dag, "a run for an unknown table", {"tables": ["shop.no_such_table"]})
+    bad = run_dag(dag, "a run for an unknown table", {"tables": ["shop.no_such_table"]}, quiet=True)
     refused = refusal(bad, {"tables": ["shop.no_such_table"]})
     print(f"\n== a run for an unknown table: {refused or 'NOT refused'} ==")
 
@@ -381,8 +393,9 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
     # a pull request edits a query in the project file: the next run ALTERs it in place
     project_file = dags / "shop" / "trickle.yaml"
     project_file.write_text(project_file.read_text().replace("WHERE total >= 200", "WHERE total >= 100"))
-    runs.append(run_dag(DagBag(dag_folder=str(dags)).get_dag(DAG_ID),
-                        "the project file edited (top_customers: total >= 100): ALTERed in place"))
+    with output_to(runs_log(os.environ["AIRFLOW_HOME"])):  # Airflow's task logs, not the terminal
+        edited = DagBag(dag_folder=str(dags)).get_dag(DAG_ID)
+    runs.append(run_dag(edited, "the project file edited (top_customers: total >= 100): ALTERed in place"))
 
     events = asset_events()
     print(f"\n== {len(events)} asset events; the newest ==")
@@ -390,13 +403,11 @@ def run_example(tr, warehouse: str, report: str | None, *, first_run_only: bool 
         print(f"  {event['asset']:<34} from {event['task']:<30} {event['extra']}")
     tables = check_tables(tr)
     step("stream tables checked against their queries")
+    print()
     for name, info in tables.items():
-        print(f"\n{name}: {'equals' if info['matches_query'] else 'DIFFERS FROM'} its query at its frontier; "
-              f"last actions {info['last_actions']}")
-        for row in info["rows"]:
-            print("  ", row)
-        for alert in info["alerts"]:
-            print("   ALERT:", alert)
+        print(f"{name:<21} {'equals' if info['matches_query'] else 'DIFFERS FROM'} its query at its frontier "
+              f"({len(info['rows'])} rows); newest refreshes {', '.join(info['last_actions'])}"
+              + "".join(f"\n   ALERT: {alert}" for alert in info["alerts"]))
     print(f"\nfour DAG runs and the refusal in {time.monotonic() - started:.0f} s")
     if report:
         write_report(report, {"runs": runs, "refused": refused, "tables": tables, "before_edit": before_edit,

@@ -8,9 +8,10 @@ command -v "$PYTHON_BIN" >/dev/null 2>&1 || PYTHON_BIN=python3
 command -v java >/dev/null 2>&1 || { echo "a JDK 17 is needed (java not found)" >&2; exit 1; }
 stamp="$VENV/.installed-$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
+  echo "installing the project into $VENV (its log: $VENV/install.log)" >&2
   "$PYTHON_BIN" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --upgrade pip
-  "$VENV/bin/pip" install --quiet -e "$ROOT[test]"
+  { "$VENV/bin/pip" install --quiet --upgrade pip && "$VENV/bin/pip" install --quiet -e "$ROOT[spark,test]"; } \
+    >"$VENV/install.log" 2>&1 || { tail -n 30 "$VENV/install.log" >&2; exit 1; }
   touch "$stamp"
 fi
 # Resolve the Delta jars from Maven Central once (later Spark sessions start offline).

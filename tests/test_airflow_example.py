@@ -42,12 +42,23 @@ def report(tmp_path_factory):
     assert out.exists(), done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads(out.read_text())
     data["returncode"] = done.returncode
+    data["printed"] = (done.stdout + done.stderr).splitlines()
     return data
 
 
 def test_every_run_succeeds(report):
     assert [r["state"] for r in report["runs"]] == ["success"] * 4
     assert report["returncode"] == 0
+
+
+def test_the_example_prints_a_short_summary_and_keeps_airflows_logs_in_a_file(report):
+    printed = report["printed"]
+    assert len(printed) < 100, "\n".join(printed)
+    assert not any("Traceback" in line for line in printed), "\n".join(printed)
+    assert any(line.startswith("== a run for an unknown table: plan failed the run: refused:") for line in printed)
+    assert sum("equals its query at its frontier" in line for line in printed) == 6
+    logs = next(line for line in printed if "Airflow's own logs: " in line).split("Airflow's own logs: ")[1]
+    assert "not a stream table of project 'shop'" in Path(logs).read_text()  # the refusal's traceback, there
 
 
 def test_scheduled_shape_runs_every_refresh_task(report):

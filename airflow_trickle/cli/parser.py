@@ -121,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = verbs.add_parser("serve", help="run the Spark service of the warehouse (Spark Connect)")
     serve.add_argument("--port", type=int, default=None, help="port to listen on (default 15002; 0: any free port)")
+    serve.add_argument("--bind", default=None, metavar="ADDRESS",
+                       help="address to listen on (default 127.0.0.1, or $TRICKLE_SERVICE_BIND_ADDRESS); any other "
+                            "needs a token")
+    serve.add_argument("--token-file", default=None, metavar="FILE",
+                       help="file holding the service's shared secret (default: $TRICKLE_SERVICE_TOKEN); clients "
+                            "send it")
     what = serve.add_mutually_exclusive_group()
     what.add_argument("--detach", action="store_true", help="start in the background, print the address, return")
     what.add_argument("--stop", action="store_true", help="stop the running service")

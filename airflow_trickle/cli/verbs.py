@@ -8,6 +8,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 
 from airflow_trickle.cli.output import _arrangements_line, _emit, _history_row
+from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import StreamTableNotFoundError, TrickleError
 from airflow_trickle.names import qualify_name
 
@@ -22,26 +23,40 @@ def _serve(args) -> int:
         else:
             _emit(args, [{"stopped": stopped.address if stopped else None, "pid": stopped.pid if stopped else None}])
         return 0 if stopped else 1
-    if args.status:
+    if args.status:  # also a readiness check: 0 only while the service answers
         running = service.read_service(args.warehouse)
+        answering = running is not None and service.reachable(running.address)
         if running is None and not args.json:
             print(f"no Spark service runs for warehouse {args.warehouse}", file=sys.stderr)
         else:
-            _emit(args, [{**asdict(running), "started_at": datetime.fromtimestamp(running.started_at, timezone.utc)}]
-                  if running else [])
-        return 0 if running else 1
+            _emit(args, [{**asdict(running), "answering": answering,
+                          "started_at": datetime.fromtimestamp(running.started_at, timezone.utc)}] if running else [])
+        return 0 if answering else 1
     port = service.DEFAULT_PORT if args.port is None else args.port
-    options = _storage_options(args)
+    settings = {key: value for key, value in (("storage_options", _storage_options(args)),
+                                              ("service_bind_address", args.bind),
+                                              ("service_token", _token(args.token_file))) if value}
+    service.check_binding(TrickleConfig.from_env(warehouse=args.warehouse, **settings))  # before anything starts
     if args.detach:
-        info = service.start_detached(args.warehouse, port=port, master=args.master,
-                                      settings={"storage_options": options} if options else None)
+        info = service.start_detached(args.warehouse, port=port, master=args.master, settings=settings)
         _emit(args, [asdict(info)])
         return 0
-    from airflow_trickle.config import TrickleConfig
-
-    config = TrickleConfig.from_env(warehouse=args.warehouse, **({"storage_options": options} if options else {}))
+    config = TrickleConfig.from_env(warehouse=args.warehouse, **settings)
     return service.serve(args.warehouse, config=config, port=port, master=args.master,
                          ready=lambda info: print(info.address, flush=True))
+
+
+def _token(path: str | None) -> str | None:
+    """The service's token from ``--token-file`` (a secret is never given on a command line)."""
+    if path is None:
+        return None
+    try:
+        token = open(path, encoding="utf-8").read().strip()
+    except OSError as err:
+        raise TrickleError(f"--token-file {path}: {err.strerror}") from None
+    if not token:
+        raise TrickleError(f"--token-file {path} is empty")
+    return token
 
 
 def _storage_options(args) -> dict[str, str]:

@@ -23,6 +23,9 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_trickle.spark import require_engine
+from airflow_trickle.spark.address import without_secrets
+
 #: The Spark application a spark-submit refresh runs.
 JOB_FILE = str(Path(__file__).resolve().parent.parent / "jobs" / "refresh_job.py")
 #: Its driver's logging: warnings only, so the task log ends with the outcome, not Spark's INFO.
@@ -77,13 +80,14 @@ class StreamTableEngineHook(BaseHook):
     def connect(self):
         """A :class:`~airflow_trickle.api.Trickle` over the Spark service of the connection (an
         unreachable service fails the task with the library's message); the caller closes it."""
+        require_engine("a refresh task")
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         from airflow_trickle.api import Trickle
         from airflow_trickle.errors import TrickleError
 
-        address = SparkConnectHook(self.conn_id).get_connection_url()
-        self.log.info("working over Spark Connect at %s", address)
+        address = SparkConnectHook(self.conn_id).get_connection_url()  # its password: the service's token
+        self.log.info("working over Spark Connect at %s", without_secrets(address))
         tr = Trickle(self.project.warehouse, remote=address, config=self.project.config())
         try:
             tr.sync()
@@ -99,6 +103,7 @@ class StreamTableEngineHook(BaseHook):
 
     def submit(self, args: list[str]) -> None:
         """spark-submit the refresh job with ``args``, the project's Spark settings and this Python."""
+        require_engine("a refresh task")
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
         spark = self.project.spark

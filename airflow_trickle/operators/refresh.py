@@ -87,6 +87,9 @@ class StreamTableRefreshOperator(BaseOperator):
         return outcomes
 
     def _execute(self, context) -> dict:
+        from airflow_trickle.spark import require_engine
+
+        require_engine("a refresh task")  # a worker without the engine: say which extra, first
         from airflow_trickle.errors import TrickleError
         from airflow_trickle.project.planning import select
         from airflow_trickle.refresh.lock import refresh_lock

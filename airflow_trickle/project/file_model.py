@@ -145,12 +145,14 @@ class DeploySection(_Section):
 
 
 def _settings_model() -> type[BaseModel]:
-    """``settings``: every :class:`~airflow_trickle.config.TrickleConfig` field but the warehouse,
-    typed as the configuration types it; choices (``cdc_mode``) as closed sets of words."""
+    """``settings``: every :class:`~airflow_trickle.config.TrickleConfig` field but the warehouse
+    and the Spark service's own (its address and its token: set where the service runs, and a
+    secret has no place in a file kept in git), typed as the configuration types it; choices
+    (``cdc_mode``) as closed sets of words."""
     hints = get_type_hints(TrickleConfig)
     fields: dict[str, Any] = {}
     for name, kind in hints.items():
-        if name == "warehouse":
+        if name in ("warehouse", "service_bind_address", "service_token"):
             continue
         if name in SETTING_CHOICES:
             kind = Literal[SETTING_CHOICES[name]]  # type: ignore[valid-type]

@@ -45,9 +45,19 @@ def cache_root() -> Path:
 
 
 def delta_package() -> str:
-    """Maven coordinates of the Delta jar matching the installed pyspark and delta-spark."""
-    spark_minor = ".".join(importlib.metadata.version("pyspark").split(".")[:2])
-    delta_version = importlib.metadata.version("delta-spark")
+    """Maven coordinates of the Delta jar matching the installed pyspark and delta-spark: from
+    Delta 4.1 one artifact per Spark minor version, before it one for Spark 4.0."""
+    return delta_coordinates(importlib.metadata.version("pyspark"), importlib.metadata.version("delta-spark"))
+
+
+def delta_coordinates(pyspark_version: str, delta_version: str) -> str:
+    """
+    >>> delta_coordinates("4.2.0", "4.4.0"), delta_coordinates("4.0.1", "4.0.0")
+    ('io.delta:delta-spark_4.2_2.13:4.4.0', 'io.delta:delta-spark_2.13:4.0.0')
+    """
+    spark_minor = ".".join(pyspark_version.split(".")[:2])
+    if tuple(int(part) for part in delta_version.split(".")[:2]) < (4, 1):
+        return f"io.delta:delta-spark_2.13:{delta_version}"
     return f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
 
 

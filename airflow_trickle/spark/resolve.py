@@ -12,7 +12,8 @@ import sys
 import tempfile
 
 from airflow_trickle.config import TrickleConfig
-from airflow_trickle.spark.jars import delta_jars_conf, s3a_jars
+from airflow_trickle.output import output_to
+from airflow_trickle.spark.jars import cache_root, delta_jars_conf, delta_package, s3a_jars
 from airflow_trickle.spark.session import build_session
 
 
@@ -22,12 +23,19 @@ def main(argv: list[str] | None = None) -> int:
         s3a_jars()
     if "spark.jars" in delta_jars_conf():
         return 0
-    with tempfile.TemporaryDirectory() as warehouse:
-        spark = build_session(TrickleConfig(spark_master="local[1]"), warehouse)
+    log = cache_root() / "resolve.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"resolving the Delta jars ({delta_package()}) from Maven once; its log: {log}", file=sys.stderr)
+    with output_to(log), tempfile.TemporaryDirectory() as warehouse:
+        spark = build_session(TrickleConfig(spark_master="local[1]"), warehouse)  # Spark's Ivy prints here
         spark.sql("SELECT 1").collect()
         spark.stop()
     ok = "spark.jars" in delta_jars_conf()
-    print("Delta jars resolved" if ok else "Delta jars could not be resolved", file=sys.stderr)
+    if not ok:
+        tail = log.read_text(errors="replace").splitlines()[-20:]
+        print(f"The Delta jars ({delta_package()}) could not be resolved from Maven Central: either it is not "
+              "reachable from here, or the installed delta-spark has no jars published there (install the "
+              "version before it).  The end of its log:\n" + "\n".join(tail), file=sys.stderr)
     return 0 if ok else 1
 
 

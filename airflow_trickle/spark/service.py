@@ -29,10 +29,15 @@ from pathlib import Path
 
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import TrickleError
-from airflow_trickle.spark.address import DEFAULT_PORT, host_port, reachable  # noqa: F401 - re-exported
+from airflow_trickle.spark.address import (DEFAULT_PORT, client_address, host_port, is_loopback,  # noqa: F401
+                                           reachable)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 SERVICE_DIR = "_trickle_service"
+
+
+#: Where the service listens unless ``service_bind_address`` says otherwise.
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,9 @@ class ServiceInfo:
     started_at: float
     #: The Spark Connect server's JVM, a child of ``pid``.
     server_pid: int | None = None
+    #: The address it listens on, and whether calls need the service's token (never recorded).
+    bind: str = LOOPBACK
+    authenticated: bool = False
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -107,19 +115,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-#: Where the service listens.
-LOOPBACK = "127.0.0.1"
+def check_binding(config: TrickleConfig) -> str:
+    """The address the service may listen on: loopback, or another one only with a token (the
+    service runs SQL with the warehouse's credentials for anyone who reaches it)."""
+    bind = config.service_bind_address or LOOPBACK
+    if not is_loopback(bind) and not config.service_token:
+        raise TrickleError(f"the Spark service would listen on {bind} without authentication",
+                           hint="set a shared secret in TRICKLE_SERVICE_TOKEN (or serve --token-file FILE); "
+                                "clients send it (the spark_connect connection's password)")
+    return bind
 
 
 def server_command(config: TrickleConfig, warehouse: str, *, port: int, master: str) -> list[str]:
-    """The ``spark-submit`` command line of a Connect server for ``warehouse``."""
+    """The ``spark-submit`` command line of a Connect server for ``warehouse`` (its token, if
+    any, goes by the environment: :func:`server_environment`)."""
     from airflow_trickle.spark.session import session_conf
 
     conf = session_conf(config, warehouse, secrets=False)  # credentials: in the environment
-    # loopback only: the service runs SQL with the warehouse's credentials for anyone who reaches
-    # it, and Spark Connect listens on every interface by default (and a local driver on the
-    # machine's address)
-    conf.update({"spark.connect.grpc.binding.port": str(port), "spark.connect.grpc.binding.address": LOOPBACK,
+    # Spark Connect listens on every interface by default (and a local driver on the machine's
+    # address): here on loopback unless configured (:func:`check_binding`)
+    conf.update({"spark.connect.grpc.binding.port": str(port),
+                 "spark.connect.grpc.binding.address": check_binding(config),
                  "spark.ui.enabled": "false", "spark.log.level": "WARN"})
     if master.startswith("local"):  # a cluster's executors must reach the driver: not for them
         conf.update({"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK})
@@ -128,6 +144,18 @@ def server_command(config: TrickleConfig, warehouse: str, *, port: int, master: 
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     return command + ["spark-internal"]
+
+
+def server_environment(config: TrickleConfig) -> dict[str, str]:
+    """The server's environment: this one, the storage credentials and the service's token
+    (which makes the server refuse calls without it), none of them on its command line."""
+    from airflow_trickle.location import secret_environment
+
+    environment = {**os.environ, **secret_environment(config.storage_options)}
+    environment.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
+    if config.service_token:
+        environment["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = config.service_token
+    return environment
 
 
 def _spark_submit() -> str:
@@ -150,17 +178,16 @@ def serve(warehouse: str, *, config: TrickleConfig | None = None, port: int = DE
     folder = service_dir(warehouse)
     folder.mkdir(parents=True, exist_ok=True)
     lock = _hold_lock(folder, warehouse)
+    bind = check_binding(config)
     port = port or free_port()
-    address = f"sc://127.0.0.1:{port}"
+    address = client_address(bind, port)
     if reachable(address, timeout=0.5):
         lock.close()
         raise TrickleError(f"port {port} is already in use", hint="pick another with --port (0: any free port)")
     log = open(folder / "server.log", "ab")
-    from airflow_trickle.location import secret_environment
-
     server = subprocess.Popen(server_command(config, warehouse, port=port, master=master), stdout=log,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                              env={**os.environ, **secret_environment(config.storage_options)})
+                              env=server_environment(config))
     stopping = []
 
     def stop(signum, frame):  # noqa: ARG001 - signal handler signature
@@ -182,7 +209,8 @@ def serve(warehouse: str, *, config: TrickleConfig | None = None, port: int = DE
             time.sleep(0.2)
         _prepare(address, config, warehouse)
         info = ServiceInfo(pid=os.getpid(), address=address, warehouse=warehouse, master=master,
-                           started_at=time.time(), server_pid=server.pid)
+                           started_at=time.time(), server_pid=server.pid, bind=bind,
+                           authenticated=bool(config.service_token))
         tmp = info_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(info)))
         tmp.replace(info_file)
@@ -260,6 +288,8 @@ def start_detached(warehouse: str, *, port: int = DEFAULT_PORT, master: str | No
     environment = dict(os.environ)
     if settings.get("storage_options"):  # never on a command line: they may hold credentials
         environment["TRICKLE_STORAGE_OPTIONS"] = json.dumps(settings.pop("storage_options"))
+    if settings.get("service_token"):
+        environment["TRICKLE_SERVICE_TOKEN"] = settings.pop("service_token")
     if settings:
         command += ["--settings", json.dumps(settings)]
     folder = service_dir(warehouse)

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from airflow_trickle.config import TrickleConfig
 from airflow_trickle.errors import TrickleError
 from airflow_trickle.names import quote_identifier, quote_string
+from airflow_trickle.spark import require_engine
 from airflow_trickle.spark.jars import delta_jars_conf, remember_resolved_jars, s3a_jars
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def build_session(config: TrickleConfig, warehouse: str):
     The Delta jars are resolved from Maven Central by ``spark.jars.packages`` on first use
     (cached by Ivy in ``~/.ivy2.5.2``); later sessions load the resolved jars directly.
     """
+    require_engine("an embedded Spark session")
     from pyspark.sql import SparkSession
 
     local = local_path(warehouse)
@@ -230,12 +232,15 @@ def connect_session(address: str, config: TrickleConfig, *, warehouse: str | Non
     where the catalog does not look.
     """
     from airflow_trickle.errors import TrickleError
-    from airflow_trickle.spark.address import reachable
+    from airflow_trickle.spark.address import reachable, with_token, without_secrets
 
+    require_engine("a session on the Spark service")
+    remote, address = with_token(address, config.service_token), without_secrets(address)
     if not reachable(address):
         raise TrickleError(f"the Spark service at {address} is not reachable",
                            hint="start it with `trickle serve --warehouse WAREHOUSE` (the address it prints goes "
                                 "into the spark_connect connection), or check the connection's host and port")
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
     from pyspark.sql import SparkSession
 
     # pyspark marks the whole process (and its children) as Spark Connect, after which a
@@ -247,9 +252,19 @@ def connect_session(address: str, config: TrickleConfig, *, warehouse: str | Non
         connect_mode_before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
         # the settings go in one request with the session (one by one, ten of them took 0.08 s
         # of a refresh task); a static one the server started with its own value is skipped silently
-        spark = SparkSession.builder.remote(address).config(map=runtime_conf(config)).create()
-        if connect_mode_before is None:
-            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        try:
+            spark = SparkSession.builder.remote(remote).config(map=runtime_conf(config)).create()
+        except SparkConnectGrpcException as err:
+            if err.getGrpcStatusCode().name != "UNAUTHENTICATED":
+                raise
+            details = re.search(r'details = "([^"]*)"', err.getMessage())  # the gRPC status's words
+            why = details.group(1) if details else err.getMessage()
+            raise TrickleError(f"the Spark service at {address} refused the session: {why}",
+                               hint="give the service's token: TRICKLE_SERVICE_TOKEN, or the password of the "
+                                    "spark_connect connection") from None
+        finally:
+            if connect_mode_before is None:
+                os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     _short_retries(spark)
     if warehouse is not None and uses_in_memory_catalog(spark):
         served = (local_path(default_warehouse(spark)) or default_warehouse(spark)).rstrip("/")

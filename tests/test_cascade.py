@@ -126,10 +126,18 @@ def test_three_failures_suspend_and_active_resumes(tr, db):
     assert visible(tr, name) == oracle(tr, name) == [(1, -5.0)]
 
 
-def test_a_concurrent_commit_conflict_is_retried(tr, db):
+@pytest.mark.parametrize("committer", ["spark", "delta-rs"])
+def test_a_concurrent_commit_conflict_is_retried(tr, db, committer, monkeypatch):
+    """The refresh's first commit loses a race with a concurrent writer -- Spark's INSERT (the
+    table kept with ``placement: spark``) or delta-rs's append -- and the retry lands it once."""
+    from deltalake.exceptions import CommitFailedError
+
+    from airflow_trickle.refresh import local_overwrite
+
     name = f"{db}.copy"
     tr.sql(f"CREATE TABLE {db}.a (k INT) USING delta")
-    tr.create_stream_table(name, f"SELECT k FROM {db}.a", schedule="1m")
+    tr.create_stream_table(name, f"SELECT k FROM {db}.a", schedule="1m",
+                           options={"placement": "spark"} if committer == "spark" else None)
     tr.sql(f"INSERT INTO {db}.a VALUES (1), (1), (NULL)")
     failures = []
 
@@ -151,14 +159,23 @@ def test_a_concurrent_commit_conflict_is_retried(tr, db):
                 raise ConcurrentAppendException("Files were added by a concurrent update")
             return tr.spark.sql(text)
 
-    flaky = FlakySpark()
-    env = SimpleNamespace(spark=flaky, engine=SparkEngine(flaky), catalog=tr.catalog, config=tr.config)
+    def flaky_delta_rs(table, rows, **kwargs):
+        if not failures:
+            failures.append(kwargs["mode"])
+            raise CommitFailedError("a concurrent transaction won the commit")
+        return write_deltalake(table, rows, **kwargs)
+
+    write_deltalake = local_overwrite.write_deltalake
+    monkeypatch.setattr(local_overwrite, "write_deltalake", flaky_delta_rs)
+    spark = FlakySpark() if committer == "spark" else tr.spark
+    env = SimpleNamespace(spark=spark, engine=SparkEngine(spark), catalog=tr.catalog, config=tr.config)
     tr.config.retry_backoff_seconds, backoff = 0.01, tr.config.retry_backoff_seconds
     try:
         result = refresh_stream_table(env, name)
     finally:
         tr.config.retry_backoff_seconds = backoff
     assert failures and result.action == "DIFFERENTIAL" and result.rows_inserted == 3
+    assert failures[0] == "append" if committer == "delta-rs" else failures[0].startswith("INSERT")
     assert visible(tr, name) == oracle(tr, name)
     assert tr.get(name).consecutive_errors == 0
 

@@ -46,7 +46,8 @@ def describe(location: "Location", max_rows: int) -> str:
     if why_not:
         return f"Spark's MERGE (delta-rs does not write this table: {why_not})"
     return (f"delta-rs, for changes expected to touch at most {max_rows:,} stored rows (Spark resolves "
-            "them against the stored rows); Spark's MERGE above that")
+            "them against the stored rows; a change that only adds rows is appended); Spark's MERGE or INSERT "
+            "above that")
 
 
 def merge_locally(spark, location: "Location", merge_sql: str, *, tag: CommitTag, max_rows: int, resolved=None,
